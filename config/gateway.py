@@ -1,0 +1,141 @@
+"""Gateway settings: listen address, channels (where models are served), priority classes, timeouts."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from config.stores import StoreSettings
+
+
+class Timeouts(BaseModel):
+    """Deadlines in seconds for one upstream call; each layer is measured on its own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    connect: float = Field(default=1.0, gt=0)
+    first_token: float = Field(default=30.0, gt=0)
+    idle: float = Field(default=10.0, gt=0)
+    total: float = Field(default=120.0, gt=0)
+
+    @model_validator(mode="after")
+    def _total_is_outermost(self) -> Timeouts:
+        for name in ("connect", "first_token", "idle"):
+            if getattr(self, name) > self.total:
+                raise ValueError(f"timeouts.{name} ({getattr(self, name)}) exceeds timeouts.total ({self.total})")
+        return self
+
+
+class Channel(BaseModel):
+    """One upstream OpenAI-compatible server and the models it serves."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    base_url: str = Field(pattern=r"^https?://")
+    # public model name -> upstream model name; a list means the same names.
+    models: dict[str, str]
+    api_key: str | None = None
+    weight: float = Field(default=1.0, gt=0)
+    priority: int = Field(default=0, ge=0)
+    max_concurrency: int = Field(default=64, ge=1)
+    timeouts: Timeouts | None = None
+    health_path: str = "/health"
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _list_means_same_names(cls, value: Any) -> Any:
+        if isinstance(value, list | tuple):
+            return {str(name): str(name) for name in value}
+        return value
+
+    @field_validator("models")
+    @classmethod
+    def _not_empty(cls, value: dict[str, str]) -> dict[str, str]:
+        if not value:
+            raise ValueError("a channel serves at least one model")
+        return value
+
+
+class PriorityClass(BaseModel):
+    """A concurrency pool with a bounded queue in front of it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_concurrency: int = Field(default=64, ge=1)
+    queue_size: int = Field(default=256, ge=0)
+    queue_timeout: float = Field(default=3.0, gt=0)
+
+
+class Retries(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_attempts: int = Field(default=3, ge=1, le=10)
+    backoff_base: float = Field(default=0.05, ge=0)
+    backoff_max: float = Field(default=2.0, ge=0)
+
+
+class Breaker(BaseModel):
+    """Circuit breaker per (channel, model)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    consecutive_failures: int = Field(default=5, ge=1)
+    failure_rate: float = Field(default=0.5, gt=0, le=1)
+    window: float = Field(default=30.0, gt=0)
+    min_requests: int = Field(default=20, ge=1)
+    cooldown: float = Field(default=10.0, gt=0)
+
+
+class Tracing(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    exporter: Literal["off", "console", "otlp"] = "off"
+    otlp_endpoint: str | None = None
+    service_name: str = "tidegate-gateway"
+
+
+def _default_classes() -> dict[str, PriorityClass]:
+    return {
+        "realtime": PriorityClass(max_concurrency=64, queue_size=256, queue_timeout=3.0),
+        "batch": PriorityClass(max_concurrency=16, queue_size=1024, queue_timeout=60.0),
+    }
+
+
+class GatewaySettings(StoreSettings):
+    """Accounts and keys are data (admin API); channels and models are config (this file)."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    workers: int = Field(default=1, ge=1)
+    admin_key: str | None = Field(default=None, min_length=8)
+    channels: list[Channel] = Field(default_factory=list)
+    priority_classes: dict[str, PriorityClass] = Field(default_factory=_default_classes)
+    default_priority_class: str = "realtime"
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    retries: Retries = Field(default_factory=Retries)
+    breaker: Breaker = Field(default_factory=Breaker)
+    health_check_interval: float = Field(default=5.0, gt=0)
+    auth_cache_ttl: float = Field(default=1.0, ge=0, le=1.0)
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    tracing: Tracing = Field(default_factory=Tracing)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GatewaySettings:
+        names = [c.name for c in self.channels]
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        if duplicated:
+            raise ValueError(f"channel names must be unique, repeated: {', '.join(duplicated)}")
+        if self.default_priority_class not in self.priority_classes:
+            raise ValueError(
+                f"default_priority_class {self.default_priority_class!r} is not one of "
+                f"{sorted(self.priority_classes)}"
+            )
+        if self.workers > 1 and not self.redis_url:
+            raise ValueError("workers > 1 needs redis_url: the embedded store lives in one process")
+        return self
+
+    def channel_timeouts(self, channel: Channel) -> Timeouts:
+        return channel.timeouts or self.timeouts

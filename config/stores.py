@@ -1,0 +1,42 @@
+"""Where the gateway keeps its state, and what it does when that state is out of reach."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class OnRedisDown(StrEnum):
+    """What a limit class does while Redis cannot be reached."""
+
+    fail_closed = "fail_closed"  # refuse with 503
+    local = "local"  # enforce a local limit divided by the number of gateway replicas
+    fail_open = "fail_open"  # admit without limit
+
+
+class RedisDownPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # Budgets and auth are money and security: they never degrade silently.
+    budgets: OnRedisDown = OnRedisDown.fail_closed
+    auth: OnRedisDown = OnRedisDown.fail_closed
+    rate_limits: OnRedisDown = OnRedisDown.local
+    concurrency: OnRedisDown = OnRedisDown.local
+
+
+class StoreSettings(BaseModel):
+    """Shared by every gateway replica: the embedded SQLite store, or Redis when `redis_url` is set."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    redis_url: str | None = None
+    data_dir: Path = Field(default=Path("~/.local/share/tidegate"))
+    redis_down: RedisDownPolicy = Field(default_factory=RedisDownPolicy)
+    # Used to divide rate limits when degrading to local limits while Redis is down.
+    gateway_replicas: int = Field(default=1, ge=1)
+    redis_timeout: float = Field(default=0.5, gt=0)
+
+    def resolved_data_dir(self) -> Path:
+        return self.data_dir.expanduser()

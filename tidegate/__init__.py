@@ -1,0 +1,1 @@
+"""tidegate: the command line and the local stack that ties the tiers together."""
