@@ -106,7 +106,7 @@ def _run_tier(command: str) -> Callable[[argparse.Namespace], int]:
     if importlib.util.find_spec(module_name) is None:
         print(f"tidegate {command}: {what} is not built yet", file=sys.stderr)
         raise SystemExit(2)
-    return importlib.import_module(module_name).main  # type: ignore[no-any-return]
+    return importlib.import_module(module_name).main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
