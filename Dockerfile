@@ -1,0 +1,35 @@
+# CPU image by default. For NVIDIA GPUs:
+#   docker build --build-arg BASE=nvidia/cuda:12.8.1-runtime-ubuntu24.04 \
+#                --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 -t tidegate:cuda .
+ARG BASE=python:3.11-slim
+FROM ${BASE}
+
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1 \
+    TIDEGATE_MODEL_DIR=/opt/tidegate/models
+
+RUN if ! command -v python3 >/dev/null; then \
+        apt-get update && apt-get install -y --no-install-recommends python3 python3-pip python3-venv \
+        && rm -rf /var/lib/apt/lists/*; fi \
+    && python3 -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+
+# torch first and pinned, from the index that matches the base image (CPU or CUDA).
+RUN pip install torch==2.13.0 --index-url ${TORCH_INDEX_URL}
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY tidegate ./tidegate
+COPY gateway ./gateway
+COPY backend ./backend
+COPY limiter ./limiter
+COPY quota ./quota
+COPY config ./config
+COPY bench ./bench
+RUN pip install .
+
+# The default model is baked into the image: nothing downloads weights at run time.
+RUN tidegate model pull smollm2
+
+EXPOSE 8000 9001
+CMD ["tidegate", "up", "--host", "0.0.0.0"]

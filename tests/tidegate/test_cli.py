@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tidegate.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+SUBCOMMANDS = ["up", "backend", "gateway", "admin", "bench", "model"]
+
+
+def test_help_lists_every_subcommand() -> None:
+    done = subprocess.run([sys.executable, "-m", "tidegate", "--help"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)
+    assert done.returncode == 0
+    for name in SUBCOMMANDS:
+        assert f"    {name} " in done.stdout
+
+
+def test_design_flags_parse() -> None:
+    parser = build_parser()
+    args = parser.parse_args(["backend", "--model", "smollm2", "--served-model-name", "m", "--host", "0.0.0.0",
+                              "--port", "9002", "--device", "cpu", "--dtype", "float32", "--max-num-seqs", "8",
+                              "--max-num-batched-tokens", "512", "--block-size", "16",
+                              "--kv-cache-memory", "256MiB"])
+    assert args.port == 9002 and args.kv_cache_memory == "256MiB"
+    args = parser.parse_args(["gateway", "--config", "x.yaml", "--host", "h", "--port", "1", "--redis",
+                              "redis://r:6379/0", "--workers", "2"])
+    assert args.redis_url == "redis://r:6379/0" and args.workers == 2
+    args = parser.parse_args(["up", "--replicas", "2", "--port", "8001", "--redis", "redis://r/0"])
+    assert args.replicas == 2 and args.redis == "redis://r/0"
+    assert parser.parse_args(["model", "pull"]).name == "smollm2"
+
+
+def _compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def test_compose_commands_parse_with_the_cli() -> None:
+    services = _compose()["services"]
+    assert {"redis", "gateway", "backend-1", "backend-2"} <= set(services)
+    parser = build_parser()
+    for name in ("gateway", "backend-1", "backend-2"):
+        command = services[name]["command"]
+        assert command[0] == "tidegate", name
+        args = parser.parse_args(command[1:])  # exits (fails the test) on an unknown flag
+        assert args.command == ("gateway" if name == "gateway" else "backend")
+
+
+def test_compose_wiring_agrees_with_the_gateway_config() -> None:
+    from config import load_settings
+
+    services = _compose()["services"]
+    gateway_args = build_parser().parse_args(services["gateway"]["command"][1:])
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in services["gateway"]["volumes"]}
+    host_file = ROOT / mounts[str(gateway_args.config)]
+    settings = load_settings(host_file)
+    for channel in settings.gateway.channels:
+        host, port = channel.base_url.split("//")[1].split("/")[0].split(":")
+        backend_args = build_parser().parse_args(services[host]["command"][1:])
+        assert backend_args.port == int(port) and backend_args.host == "0.0.0.0"
+        assert "smollm2" in channel.models
+    assert gateway_args.redis_url.startswith("redis://redis:")
+    for name in ("gateway", "backend-1", "backend-2"):
+        assert "/health" in " ".join(services[name]["healthcheck"]["test"])
+        assert services[name]["restart"] == "unless-stopped"
+    assert "redis-data" in _compose()["volumes"]
+
+
+def test_dockerfile_pins_torch_and_bakes_the_model() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert "torch==2.13.0" in text and "tidegate model pull smollm2" in text
+    for package in ("tidegate", "gateway", "backend", "limiter", "quota", "config", "bench"):
+        assert f"COPY {package} ./{package}" in text
