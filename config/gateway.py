@@ -41,7 +41,7 @@ class Channel(BaseModel):
     priority: int = Field(default=0, ge=0)
     max_concurrency: int = Field(default=64, ge=1)
     timeouts: Timeouts | None = None
-    health_path: str = "/health"
+    health_path: str | None = "/health"  # null for upstreams without one (a cloud API)
 
     @field_validator("models", mode="before")
     @classmethod

@@ -1,0 +1,128 @@
+"""Channels: the configured upstream servers, their live load, health and per-model breakers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import httpx
+
+from config import Breaker as BreakerSettings
+from config import Channel, Timeouts
+from gateway.breaker import CircuitBreaker
+
+log = logging.getLogger("tidegate.gateway.channels")
+
+
+@dataclass(slots=True)
+class ChannelStats:
+    """Counters for `/admin/channels` and the tests that count attempts."""
+
+    attempts: int = 0
+    failures: int = 0
+
+
+@dataclass(slots=True)
+class ChannelState:
+    """One channel as the router sees it: config, requests in flight, health and a breaker per model."""
+
+    config: Channel
+    timeouts: Timeouts
+    breaker_settings: BreakerSettings
+    in_flight: int = 0
+    healthy: bool = True
+    breakers: dict[str, CircuitBreaker] = field(default_factory=dict)
+    stats: dict[str, ChannelStats] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def breaker(self, model: str) -> CircuitBreaker:
+        found = self.breakers.get(model)
+        if found is None:
+            found = self.breakers[model] = CircuitBreaker(self.breaker_settings)
+        return found
+
+    def counters(self, model: str) -> ChannelStats:
+        found = self.stats.get(model)
+        if found is None:
+            found = self.stats[model] = ChannelStats()
+        return found
+
+    def has_room(self) -> bool:
+        return self.in_flight < self.config.max_concurrency
+
+    def upstream_url(self, path: str) -> str:
+        return self.config.base_url.rstrip("/") + path
+
+    def health_url(self) -> str | None:
+        if not self.config.health_path:
+            return None
+        parts = urlsplit(self.config.base_url)
+        return f"{parts.scheme}://{parts.netloc}{self.config.health_path}"
+
+    def status(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "base_url": self.config.base_url,
+            "healthy": self.healthy,
+            "in_flight": self.in_flight,
+            "priority": self.config.priority,
+            "weight": self.config.weight,
+            "models": {
+                model: {
+                    "upstream_model": upstream,
+                    "breaker": self.breaker(model).state.value,
+                    "error_rate": round(self.breaker(model).failure_rate(), 4),
+                    "attempts": self.counters(model).attempts,
+                    "failures": self.counters(model).failures,
+                }
+                for model, upstream in self.config.models.items()
+            },
+        }
+
+
+class HealthChecker:
+    """Polls each channel's `/health` (never a paid completion) and marks it healthy or not."""
+
+    def __init__(self, channels: list[ChannelState], interval: float, client: httpx.AsyncClient):
+        self._channels = channels
+        self._interval = interval
+        self._client = client
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None and any(c.health_url() for c in self._channels):
+            self._task = asyncio.create_task(self._loop(), name="channel-health")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def check_all(self) -> None:
+        await asyncio.gather(*(self._check(c) for c in self._channels))
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            await self.check_all()
+
+    async def _check(self, channel: ChannelState) -> None:
+        url = channel.health_url()
+        if url is None:
+            return
+        try:
+            response = await self._client.get(url, timeout=min(self._interval, channel.timeouts.total, 5.0))
+            healthy = response.status_code == 200
+        except httpx.HTTPError:
+            healthy = False
+        if healthy != channel.healthy:
+            log.warning("channel %s is now %s", channel.name, "healthy" if healthy else "unhealthy")
+        channel.healthy = healthy

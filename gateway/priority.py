@@ -1,0 +1,92 @@
+"""Priority classes: each has its own concurrency pool and a bounded FIFO queue with a timeout.
+
+Pools are separate, so `batch` can never take the last slots of `realtime`. A slot is handed from
+the finishing request straight to the head of the queue, which keeps the queue's order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import AsyncIterator
+
+from config import PriorityClass
+from gateway.errors import ApiError, unavailable
+
+
+class PriorityPool:
+    """One class's pool: `max_concurrency` slots, then up to `queue_size` waiters for `queue_timeout`."""
+
+    def __init__(self, name: str, settings: PriorityClass):
+        self.name = name
+        self.settings = settings
+        self.active = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def queued(self) -> int:
+        return len(self._waiters)
+
+    async def acquire(self) -> None:
+        """Take a slot, waiting in line if the pool is full; raises a 503 ApiError when it cannot."""
+        if self.active < self.settings.max_concurrency and not self._waiters:
+            self.active += 1
+            return
+        if len(self._waiters) >= self.settings.queue_size:
+            raise self._refusal(f"the {self.name!r} queue is full")
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), self.settings.queue_timeout)
+        except TimeoutError:
+            if not self._forget(waiter):
+                return  # handed a slot at the very moment the timeout fired: keep it
+            raise self._refusal(f"waited {self.settings.queue_timeout}s in the {self.name!r} queue") from None
+        except asyncio.CancelledError:
+            if not self._forget(waiter):
+                self.release()  # the client left holding a slot it was just given
+            raise
+
+    def release(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # the slot passes on; `active` stays the same
+                return
+        self.active -= 1
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        await self.acquire()
+        try:
+            yield
+        finally:
+            self.release()
+
+    def _forget(self, waiter: asyncio.Future[None]) -> bool:
+        """Drop a waiter that gave up; False when it had already been handed a slot."""
+        if waiter.done():
+            return False
+        waiter.cancel()
+        with contextlib.suppress(ValueError):
+            self._waiters.remove(waiter)
+        return True
+
+    def _refusal(self, why: str) -> ApiError:
+        return unavailable(f"overloaded: {why}; retry later", retry_after=self.settings.queue_timeout,
+                           code="overloaded")
+
+
+class PriorityPools:
+    """The configured classes by name."""
+
+    def __init__(self, classes: dict[str, PriorityClass], default: str):
+        self.pools = {name: PriorityPool(name, settings) for name, settings in classes.items()}
+        self.default = default
+
+    def get(self, name: str | None) -> PriorityPool:
+        return self.pools[name if name in self.pools else self.default]
+
+    def status(self) -> dict[str, dict[str, int]]:
+        return {name: {"active": p.active, "queued": p.queued} for name, p in self.pools.items()}

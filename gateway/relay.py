@@ -1,0 +1,183 @@
+"""The relay: an upstream answer passed to the client chunk by chunk, with its usage read on the way."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import httpx
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from gateway.sse import DONE, encode, encode_json, error_event
+from gateway.upstream import Answer
+
+
+class Outcome(StrEnum):
+    """How a relayed answer ended, as the log line and the breaker see it."""
+
+    ok = "ok"
+    upstream_error = "upstream_error"  # a non-2xx answer passed through
+    cut = "cut"  # the upstream broke off after the first byte
+    timeout = "timeout"  # idle or total deadline passed after the first byte
+    disconnected = "disconnected"  # the client went away
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+def usage_of(obj: Any) -> Usage | None:
+    usage = obj.get("usage") if isinstance(obj, dict) else None
+    if not isinstance(usage, dict):
+        return None
+    return Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+
+
+def rewrite_body(answer: Answer) -> tuple[bytes, Usage | None]:
+    """A whole (non-streamed) answer with the public model name back in place, and its usage."""
+    try:
+        obj = json.loads(answer.body)
+    except ValueError:
+        return answer.body, None
+    if isinstance(obj, dict) and answer.model != answer.upstream_model and "model" in obj:
+        obj["model"] = answer.model
+        return json.dumps(obj, separators=(",", ":")).encode(), usage_of(obj)
+    return answer.body, usage_of(obj)
+
+
+class StreamRelay:
+    """Passes an SSE answer through event by event under the idle and total deadlines.
+
+    A stream that breaks after its first byte ends with an SSE `error` event and counts as a channel
+    failure. Usage, requested upstream for settlement, is stripped when the client did not ask for it.
+    """
+
+    def __init__(self, answer: Answer, *, wants_usage: bool, deadline: float, idle: float):
+        self.answer = answer
+        self.usage: Usage | None = None
+        self.chunks = 0  # choice-bearing chunks: the completion-token estimate when no usage arrives
+        self.outcome = Outcome.ok
+        self._wants_usage = wants_usage
+        self._rename = answer.model != answer.upstream_model
+        self._deadline = deadline
+        self._idle = idle
+        self._done = False
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        for data in self.answer.first_events:
+            out = self._transform(data)
+            if out:
+                yield out
+        events = self.answer.events
+        while events is not None and not self._done:
+            remaining = self._deadline - time.monotonic()
+            try:
+                async with asyncio.timeout(min(self._idle, max(remaining, 0.0))):
+                    data = await anext(events)
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                self.outcome = Outcome.timeout
+                yield error_event("the upstream stalled past its idle or total deadline", "timeout",
+                                  "upstream_timeout")
+                return
+            except (httpx.HTTPError, ValueError):
+                break
+            out = self._transform(data)
+            if out:
+                yield out
+        if not self._done and self.outcome is Outcome.ok:
+            self.outcome = Outcome.cut
+            yield error_event("the upstream stream broke off before it finished", "upstream_error",
+                              "stream_cut")
+
+    def _transform(self, data: bytes) -> bytes | None:
+        if data == DONE:
+            self._done = True
+            return encode(DONE)
+        if not self._rename and b'"usage"' not in data and b'"error"' not in data:
+            self.chunks += 1
+            return encode(data)
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            return encode(data)
+        if not isinstance(obj, dict):
+            return encode(data)
+        if "error" in obj:
+            self.outcome = Outcome.cut
+        usage = usage_of(obj)
+        if usage is not None:
+            self.usage = usage
+        if obj.get("choices"):
+            self.chunks += 1
+        if not self._wants_usage:
+            if usage is not None and not obj.get("choices"):
+                return None
+            obj.pop("usage", None)
+        if self._rename and "model" in obj:
+            obj["model"] = self.answer.model
+        return encode_json(obj)
+
+    async def close(self, disconnected: bool) -> None:
+        if disconnected:
+            self.outcome = Outcome.disconnected
+        verdict = {Outcome.ok: True, Outcome.disconnected: None}.get(self.outcome, False)
+        await self.answer.finish(verdict)
+
+
+class StreamResponse(Response):
+    """An SSE response that notices a client leaving at once, and always runs `on_close` exactly once.
+
+    Starlette's StreamingResponse only learns of a disconnect at its next write; a relay waiting on a
+    slow upstream must instead stop, free its channel slot and settle its usage right away.
+    """
+
+    def __init__(self, body: AsyncIterator[bytes], headers: dict[str, str],
+                 on_close: Callable[[bool], Awaitable[None]]):
+        super().__init__(None, 200, {**headers, "cache-control": "no-cache"}, "text/event-stream")
+        self._body = body
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        pump = asyncio.create_task(self._pump(send))
+        watch = asyncio.create_task(_wait_for_disconnect(receive))
+        disconnected = False
+        try:
+            done, _ = await asyncio.wait({pump, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if pump in done:
+                try:
+                    pump.result()
+                except OSError:  # uvicorn's ClientDisconnected on a write to a closed socket
+                    disconnected = True
+            else:
+                disconnected = True
+        finally:
+            for task in (pump, watch):
+                task.cancel()
+            await asyncio.gather(pump, watch, return_exceptions=True)
+            aclose = getattr(self._body, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+            await asyncio.shield(self._on_close(disconnected))
+
+    async def _pump(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        async for chunk in self._body:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _wait_for_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass

@@ -1,0 +1,231 @@
+"""The upstream client: one call to a model, over as many attempts and channels as the deadline allows.
+
+Layered deadlines per attempt: connect, first token (the first content token, not the headers) and
+the total deadline of the request; the idle deadline between chunks is the relay's. Retries cover
+connect errors, timeouts before the first byte, 429 and 5xx, move to another channel when one exists,
+back off exponentially with full jitter and honour `Retry-After` when it fits in what is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import httpx
+
+from config import Retries
+from gateway.channels import ChannelState
+from gateway.errors import ApiError, gateway_timeout, retry_after_headers, unavailable
+from gateway.router import Router
+from gateway.sse import DONE, has_content, split_events
+
+
+class FailureKind(StrEnum):
+    """How an attempt failed, classified by transport outcome and status, never by message text."""
+
+    connect = "connect"
+    timeout = "timeout"
+    rate_limited = "rate_limited"
+    server_error = "server_error"
+    broken = "broken"  # the connection broke or the answer was not HTTP/SSE we can read
+
+
+@dataclass(slots=True)
+class AttemptFailed(Exception):
+    kind: FailureKind
+    detail: str
+    retry_after: float | None = None
+
+
+@dataclass(slots=True)
+class UpstreamRequest:
+    """What the app asks for: a public model name and an OpenAI body, with an absolute deadline."""
+
+    model: str
+    path: str
+    body: dict[str, Any]
+    stream: bool
+    deadline: float  # time.monotonic() by which the whole request must end
+    request_id: str = ""
+
+
+@dataclass(slots=True)
+class Answer:
+    """An upstream's answer that reached its first byte; it holds its channel's in-flight slot until `finish`."""
+
+    channel: ChannelState
+    model: str
+    upstream_model: str
+    status: int
+    response: httpx.Response
+    attempts: int
+    body: bytes = b""  # the whole body, when not streaming or not 2xx
+    first_events: list[bytes] = field(default_factory=list)  # events up to and including the first token
+    events: AsyncIterator[bytes] | None = None  # the rest of the stream
+    _finished: bool = False
+
+    async def finish(self, ok: bool | None) -> None:
+        """Release the channel slot and tell the breaker: True success, False failure, None no verdict."""
+        if self._finished:
+            return
+        self._finished = True
+        self.channel.in_flight -= 1
+        _judge(self.channel, self.model, ok)
+        await self.response.aclose()
+
+
+def _judge(channel: ChannelState, model: str, ok: bool | None) -> None:
+    breaker = channel.breaker(model)
+    if ok is None:
+        breaker.abandon()
+        return
+    breaker.record(ok)
+    if not ok:
+        channel.counters(model).failures += 1
+
+
+class UpstreamClient:
+    """Sends one request to the channels serving its model, retrying within the request's deadline."""
+
+    def __init__(self, router: Router, retries: Retries, client: httpx.AsyncClient,
+                 rng: random.Random | None = None):
+        self._router = router
+        self._retries = retries
+        self._client = client
+        self._rng = rng or random.Random()
+
+    async def call(self, request: UpstreamRequest) -> Answer:
+        tried: set[str] = set()
+        last: AttemptFailed | None = None
+        for attempt in range(self._retries.max_attempts):
+            channel = self._router.pick(request.model, tried)
+            if channel is None:
+                break
+            try:
+                return await self._attempt(channel, request, attempt + 1)
+            except AttemptFailed as failure:
+                last = failure
+                tried.add(channel.name)
+            if attempt + 1 == self._retries.max_attempts:
+                break
+            wait = self._backoff(attempt, last, self._has_other(request.model, tried))
+            if wait is None or time.monotonic() + wait >= request.deadline:
+                break
+            await asyncio.sleep(wait)
+        raise _final_error(request.model, last)
+
+    def _has_other(self, model: str, tried: set[str]) -> bool:
+        return any(c.name not in tried and model in c.config.models and c.healthy for c in self._router.channels)
+
+    def _backoff(self, attempt: int, failure: AttemptFailed, other_channel: bool) -> float | None:
+        """Full jitter; the upstream's Retry-After only binds a retry of the same channel."""
+        jitter = self._rng.uniform(0, min(self._retries.backoff_max, self._retries.backoff_base * 2**attempt))
+        if failure.retry_after is not None and not other_channel:
+            return max(failure.retry_after, jitter)
+        return jitter
+
+    async def _attempt(self, channel: ChannelState, request: UpstreamRequest, attempt: int) -> Answer:
+        timeouts = channel.timeouts
+        remaining = request.deadline - time.monotonic()
+        if remaining <= 0:
+            _judge(channel, request.model, None)
+            raise AttemptFailed(FailureKind.timeout, "the request's deadline passed")
+        upstream_model = channel.config.models[request.model]
+        channel.in_flight += 1
+        channel.counters(request.model).attempts += 1
+        response: httpx.Response | None = None
+        failure: AttemptFailed
+        try:
+            async with asyncio.timeout(min(timeouts.first_token, remaining)):
+                response = await self._client.send(self._build(channel, request, upstream_model), stream=True)
+                answer = Answer(channel, request.model, upstream_model, response.status_code, response, attempt)
+                await self._read_head(answer, request.stream)
+                return answer
+        except AttemptFailed as refused:
+            await _give_up(channel, request.model, response, refused)
+            raise
+        except TimeoutError:
+            failure = AttemptFailed(FailureKind.timeout, "no first token before the first-token deadline")
+        except httpx.ConnectError as exc:
+            failure = AttemptFailed(FailureKind.connect, f"cannot connect: {type(exc).__name__}")
+        except httpx.TimeoutException as exc:
+            kind = FailureKind.connect if isinstance(exc, httpx.ConnectTimeout) else FailureKind.timeout
+            failure = AttemptFailed(kind, type(exc).__name__)
+        except (httpx.HTTPError, ValueError) as exc:
+            failure = AttemptFailed(FailureKind.broken, type(exc).__name__)
+        except BaseException:
+            # cancelled (client left): no verdict on the channel, but free its slot
+            await _give_up(channel, request.model, response, None)
+            raise
+        await _give_up(channel, request.model, response, failure)
+        raise failure
+
+    def _build(self, channel: ChannelState, request: UpstreamRequest, upstream_model: str) -> httpx.Request:
+        body = dict(request.body)
+        body["model"] = upstream_model
+        if request.stream:
+            # usage is needed to settle; the relay strips it again if the client did not ask for it
+            body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        headers = {"x-request-id": request.request_id} if request.request_id else {}
+        if channel.config.api_key:
+            headers["authorization"] = f"Bearer {channel.config.api_key}"
+        t = channel.timeouts
+        timeout = httpx.Timeout(None, connect=t.connect, pool=t.connect)
+        return self._client.build_request("POST", channel.upstream_url(request.path), json=body,
+                                          headers=headers, timeout=timeout)
+
+    async def _read_head(self, answer: Answer, stream: bool) -> None:
+        status = answer.status
+        if status == 429 or status >= 500:
+            await answer.response.aread()
+            kind = FailureKind.rate_limited if status == 429 else FailureKind.server_error
+            raise AttemptFailed(kind, f"upstream answered {status}", _retry_after(answer.response))
+        if not stream or status >= 300:
+            answer.body = await answer.response.aread()
+            return
+        answer.events = split_events(answer.response.aiter_raw())
+        async for data in answer.events:
+            answer.first_events.append(data)
+            if data == DONE or has_content(json.loads(data)):
+                return
+        raise AttemptFailed(FailureKind.broken, "the stream ended before its first token")
+
+
+async def _give_up(channel: ChannelState, model: str, response: httpx.Response | None,
+                   failure: AttemptFailed | None) -> None:
+    channel.in_flight -= 1
+    # a 429 says the channel is busy, not broken: it does not count against the breaker
+    neutral = failure is None or failure.kind is FailureKind.rate_limited
+    _judge(channel, model, None if neutral else False)
+    if response is not None:
+        await response.aclose()
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after-ms")
+    try:
+        if value is not None:
+            return float(value) / 1000
+        value = response.headers.get("retry-after")
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _final_error(model: str, failure: AttemptFailed | None) -> ApiError:
+    if failure is None:
+        return unavailable(f"no healthy channel serves model {model!r} now", retry_after=1.0,
+                           code="no_healthy_channel")
+    if failure.kind is FailureKind.timeout:
+        return gateway_timeout(f"the upstream for {model!r} did not answer in time: {failure.detail}")
+    if failure.kind is FailureKind.rate_limited:
+        return ApiError(503, f"every channel for {model!r} is saturated", "service_unavailable",
+                        "upstream_overloaded", None, retry_after_headers(failure.retry_after or 1.0))
+    return ApiError(502, f"the upstream for {model!r} failed: {failure.detail}", "upstream_error",
+                    "upstream_error")

@@ -1,0 +1,131 @@
+"""Scripted OpenAI-compatible upstreams on loopback, each able to produce one fault on demand."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from tests.servers import free_port
+
+
+class Fault(StrEnum):
+    none = "none"
+    error_500 = "error_500"
+    rate_limited = "rate_limited"  # 429 with Retry-After
+    hang = "hang"  # accepts the request, never answers
+    cut = "cut"  # streams half the chunks, then drops the connection
+
+
+@dataclass
+class MockUpstream:
+    """An upstream served by uvicorn inside the test's event loop; `attempts` counts completion calls."""
+
+    fault: Fault = Fault.none
+    chunk_delay: float = 0.0
+    stall_at: int = -1  # the chunk before which a stream stalls for good (-1: never)
+    port: int = field(default_factory=free_port)
+    attempts: int = 0
+    completed: int = 0
+    seen_bodies: list[dict[str, Any]] = field(default_factory=list)
+    _server: uvicorn.Server | None = None
+    _task: asyncio.Task[None] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def start(self) -> MockUpstream:
+        app = Starlette(routes=[
+            Route("/v1/chat/completions", self._complete, methods=["POST"]),
+            Route("/v1/completions", self._complete, methods=["POST"]),
+            Route("/health", self._health),
+        ])
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                timeout_graceful_shutdown=0.2, lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._task = asyncio.create_task(self._server.serve())
+        while not self._server.started:
+            await asyncio.sleep(0.01)
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None and self._task is not None:
+            self._server.should_exit = True
+            self._server.force_exit = True
+            await asyncio.wait_for(self._task, 5)
+
+    async def _health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def _complete(self, request: Request) -> Response:
+        self.attempts += 1
+        body = await request.json()
+        self.seen_bodies.append(body)
+        if self.fault is Fault.error_500:
+            return JSONResponse({"error": {"message": "boom", "type": "server_error"}}, status_code=500)
+        if self.fault is Fault.rate_limited:
+            return JSONResponse({"error": {"message": "busy", "type": "rate_limit"}}, status_code=429,
+                                headers={"retry-after": "0.2"})
+        if self.fault is Fault.hang:
+            await asyncio.sleep(3600)
+        chat = request.url.path.endswith("/chat/completions")
+        n = int(body.get("max_tokens") or 5)
+        prompt_tokens = len(json.dumps(body.get("messages") or body.get("prompt"))) // 4
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return StreamingResponse(self._chunks(body["model"], chat, n, prompt_tokens, include_usage),
+                                     media_type="text/event-stream")
+        self.completed += 1
+        text = "".join(f"t{i} " for i in range(n))
+        choice: dict[str, Any] = (
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+            if chat else {"index": 0, "text": text, "finish_reason": "length"}
+        )
+        return JSONResponse({
+            "id": "cmpl-1", "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
+            "model": body["model"], "choices": [choice],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n},
+        })
+
+    async def _chunks(self, model: str, chat: bool, n: int, prompt_tokens: int,
+                      include_usage: bool) -> AsyncIterator[bytes]:
+        base = {"id": "cmpl-1", "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": int(time.time()), "model": model}
+        if chat:
+            yield _event({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                               "finish_reason": None}]})
+        for i in range(n):
+            if self.fault is Fault.cut and i == n // 2:
+                raise ConnectionError("cut on purpose")  # uvicorn drops the connection mid-body
+            if i == self.stall_at:
+                await asyncio.sleep(3600)
+            if self.chunk_delay:
+                await asyncio.sleep(self.chunk_delay)
+            last = i == n - 1
+            choice: dict[str, Any] = {"index": 0, "finish_reason": "length" if last else None}
+            if chat:
+                choice["delta"] = {"content": f"t{i} "}
+            else:
+                choice["text"] = f"t{i} "
+            yield _event({**base, "choices": [choice]})
+        if include_usage:
+            yield _event({**base, "choices": [],
+                          "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n,
+                                    "total_tokens": prompt_tokens + n}})
+        self.completed += 1
+        yield b"data: [DONE]\n\n"
+
+
+def _event(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
