@@ -37,6 +37,12 @@ class StoreSettings(BaseModel):
     # Used to divide rate limits when degrading to local limits while Redis is down.
     gateway_replicas: int = Field(default=1, ge=1)
     redis_timeout: float = Field(default=0.5, gt=0)
+    # A reservation's concurrency lease lapses this long after admission or its last renew (crashed gateway).
+    lease_ttl: float = Field(default=30.0, gt=0)
+    # Auth answers are cached this long; revocation is visible everywhere within it.
+    auth_cache_ttl: float = Field(default=1.0, ge=0, le=1.0)
+    # While Redis is down, how often one call tries it again to recover.
+    redis_retry_interval: float = Field(default=0.5, gt=0)
 
     def resolved_data_dir(self) -> Path:
         return self.data_dir.expanduser()

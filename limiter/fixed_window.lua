@@ -1,0 +1,12 @@
+-- Fixed calendar windows (a day, a month) as fields of one hash per counter owner.
+local function fw_used(key, field)
+  return tonumber(redis.call('HGET', key, field) or '0')
+end
+
+-- Adds `delta` (negative refunds, never below zero) and drops the field from `stale_field` ago.
+local function fw_add(key, field, delta, stale_field, ttl)
+  local value = redis.call('HINCRBY', key, field, delta)
+  if value < 0 then redis.call('HSET', key, field, 0) end
+  redis.call('HDEL', key, stale_field)
+  redis.call('EXPIRE', key, ttl)
+end

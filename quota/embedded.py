@@ -1,0 +1,68 @@
+"""The embedded store: tenancy and ledger in SQLite, counters in this process's memory."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from config.stores import StoreSettings
+from quota.admin import QuotaAdmin
+from quota.local_admission import Charge, LocalAdmission
+from quota.records import Admission, ApiKey, KeyInfo, Level, Reservation
+from quota.service import QuotaService
+from quota.sqlite_catalog import SqliteCatalog
+
+DB_NAME = "tidegate.sqlite3"
+
+
+class EmbeddedQuotaService(QuotaService):
+    """For one gateway process; several processes need the Redis store to share their counters."""
+
+    def __init__(self, settings: StoreSettings) -> None:
+        super().__init__(settings.auth_cache_ttl)
+        self._catalog = SqliteCatalog(settings.resolved_data_dir() / DB_NAME)
+        self._local = LocalAdmission(settings.lease_ttl, seed=self._catalog.tokens_used)
+        self._charges: dict[str, list[Charge]] = {}
+        self.admin = QuotaAdmin(self._catalog, on_change=self._forget)
+
+    def _forget(self) -> None:
+        self._charges.clear()
+        self._forget_cached()
+
+    async def _lookup_key(self, secret_hash: str) -> ApiKey | None:
+        return await self._catalog.key_by_hash(secret_hash)
+
+    async def _charges_of(self, key: KeyInfo) -> list[Charge]:
+        charges = self._charges.get(key.id)
+        if charges is None:
+            charges = await charges_from_catalog(self.admin, key)
+            self._charges[key.id] = charges
+        return charges
+
+    async def admit(self, key: KeyInfo, *, model: str, estimated_tokens: int, request_id: str) -> Admission:
+        charges = await self._charges_of(key)
+        return self._local.admit(charges, key_id=key.id, model=model, estimated_tokens=estimated_tokens,
+                                 request_id=request_id)
+
+    async def renew(self, reservation: Reservation) -> None:
+        self._local.renew(reservation)
+
+    async def settle(self, reservation: Reservation, *, prompt_tokens: int, completion_tokens: int,
+                     model: str) -> None:
+        settled = replace(reservation, model=model)
+        self._local.settle(reservation, prompt_tokens + completion_tokens,
+                           lambda: self._catalog.record_usage(settled, prompt_tokens, completion_tokens))
+
+    async def close(self) -> None:
+        self._catalog.close()
+
+
+async def charges_from_catalog(admin: QuotaAdmin, key: KeyInfo) -> list[Charge]:
+    """The levels a key's admissions pass, each with its current quota."""
+    api_key = await admin.get_key(key.id)
+    charges = [Charge(Level.key, key.id, api_key.quota)]
+    if key.sub_account_id is not None:
+        sub = await admin.get_sub_account(key.sub_account_id)
+        charges.append(Charge(Level.sub_account, sub.id, sub.quota))
+    account = await admin.get_account(key.account_id)
+    charges.append(Charge(Level.account, account.id, account.quota))
+    return charges

@@ -1,0 +1,209 @@
+"""Check-and-reserve across key, sub-account and account inside one critical section, in memory.
+
+The embedded store's counters, and the Redis store's fallback while Redis is down. A threading lock
+guards the section, so threads and asyncio tasks (which never await inside it) see one atomic step.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from limiter import FixedWindow, LeaseSet, SlidingWindow
+from quota.calendar import day_index, month_index, month_start
+from quota.records import Admission, Level, LimitName, Quota, RateInfo, Reservation
+
+# (level, id, "day" | "month", period index) -> tokens already used in that period.
+BudgetSeed = Callable[[Level, str, str, int], int]
+WINDOW = 60.0
+CONCURRENCY_RETRY = 1.0  # a slot frees when some request ends; a second is an honest first guess
+PRUNE_EVERY = 4096
+FORGET_AFTER = 2 * 86400.0  # an unsettled reservation older than this is no longer settleable
+# Reservation ids: random per process, then a counter; unique across replicas without a random draw each.
+_ID_PREFIX = secrets.token_hex(6)
+_ID_COUNTER = itertools.count()
+
+
+def reservation_id(request_id: str) -> str:
+    return f"{request_id}:{_ID_PREFIX}{next(_ID_COUNTER)}"
+
+
+@dataclass(slots=True)
+class Charge:
+    """One level that an admission must pass and charge."""
+
+    level: Level
+    id: str
+    quota: Quota
+
+
+@dataclass(slots=True)
+class LevelCounters:
+    requests: SlidingWindow = field(default_factory=SlidingWindow)
+    tokens: SlidingWindow = field(default_factory=SlidingWindow)
+    day: FixedWindow = field(default_factory=FixedWindow)
+    month: FixedWindow = field(default_factory=FixedWindow)
+    leases: LeaseSet = field(default_factory=LeaseSet)
+
+
+@dataclass(slots=True)
+class _Tightest:
+    """Keeps the window with the least room left, for the x-ratelimit-* headers."""
+
+    limit: int | None = None
+    remaining: int | None = None
+    reset: float | None = None
+
+    def offer(self, limit: int, remaining: int, reset: float) -> None:
+        if self.remaining is None or remaining < self.remaining:
+            self.limit, self.remaining, self.reset = limit, max(remaining, 0), reset
+
+
+class LocalAdmission:
+    def __init__(self, lease_ttl: float, seed: BudgetSeed | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.lease_ttl = lease_ttl
+        self._seed = seed
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._levels: dict[tuple[Level, str], LevelCounters] = {}
+        self._open: dict[str, Reservation] = {}
+        self._admitted = 0
+        self._months: dict[int, int] = {}
+
+    def admit(self, charges: list[Charge], *, key_id: str, model: str, estimated_tokens: int,
+              request_id: str) -> Admission:
+        """Admits on every level or on none; a refusal names the first level and limit that refused."""
+        est = estimated_tokens
+        with self._lock:
+            now = self._clock()
+            sec = int(now)
+            day = day_index(sec)
+            month = self._months.get(day)
+            if month is None:
+                month = self._months[day] = month_index(sec)
+            requests, tokens = _Tightest(), _Tightest()
+            refusal: tuple[Level, LimitName, float] | None = None
+            for charge in charges:
+                counters = self._counters(charge, day, month)
+                q = charge.quota
+                if q.rpm is not None:
+                    chk = counters.requests.check(now, 1, q.rpm)
+                    requests.offer(q.rpm, q.rpm - chk.count - int(chk.ok), chk.reset or WINDOW - now % 1.0)
+                    if not chk.ok and refusal is None:
+                        refusal = (charge.level, LimitName.rpm, chk.retry_after)
+                if q.tpm is not None:
+                    chk = counters.tokens.check(now, est, q.tpm)
+                    tokens.offer(q.tpm, q.tpm - chk.count - est * int(chk.ok), chk.reset or WINDOW - now % 1.0)
+                    if not chk.ok and refusal is None:
+                        refusal = (charge.level, LimitName.tpm, chk.retry_after)
+                if refusal is not None:
+                    continue
+                if q.max_concurrency is not None and counters.leases.live(now) >= q.max_concurrency:
+                    refusal = (charge.level, LimitName.concurrency, CONCURRENCY_RETRY)
+                elif q.tokens_per_day is not None and not counters.day.fits(est, q.tokens_per_day):
+                    refusal = (charge.level, LimitName.tokens_per_day, (day + 1) * 86400 - now)
+                elif q.tokens_per_month is not None and not counters.month.fits(est, q.tokens_per_month):
+                    refusal = (charge.level, LimitName.tokens_per_month, month_start(month + 1) - now)
+            rate = RateInfo(requests.limit, requests.remaining, requests.reset,
+                            tokens.limit, tokens.remaining, tokens.reset)
+            if refusal is not None:
+                level, limit, retry = refusal
+                return Admission(False, None, level, limit, max(retry, 0.0), rate)
+            reservation = Reservation(
+                id=reservation_id(request_id), request_id=request_id, key_id=key_id,
+                sub_account_id=_id_at(charges, Level.sub_account), account_id=charges[-1].id, model=model,
+                estimated_tokens=est, slot=sec, day=day, month=month, local=True,
+            )
+            self._commit(charges, now, reservation)
+            return Admission(True, reservation, rate=rate)
+
+    def _counters(self, charge: Charge, day: int, month: int) -> LevelCounters:
+        counters = self._levels.get((charge.level, charge.id))
+        if counters is None:
+            counters = self._levels[(charge.level, charge.id)] = LevelCounters()
+        if counters.day.period != day:
+            counters.day.roll(day, self._seed(charge.level, charge.id, "day", day) if self._seed else 0)
+        if counters.month.period != month:
+            counters.month.roll(month, self._seed(charge.level, charge.id, "month", month) if self._seed else 0)
+        return counters
+
+    def _commit(self, charges: list[Charge], now: float, reservation: Reservation) -> None:
+        est = reservation.estimated_tokens
+        tpm_levels, lease_levels = [], []
+        for charge in charges:
+            counters = self._levels[(charge.level, charge.id)]
+            q = charge.quota
+            if q.rpm is not None:
+                counters.requests.add(now, 1)
+            if q.tpm is not None:
+                counters.tokens.add(now, est)
+                tpm_levels.append(charge.level)
+            if q.max_concurrency is not None:
+                counters.leases.acquire(reservation.id, now, self.lease_ttl)
+                lease_levels.append(charge.level)
+            counters.day.count += est
+            counters.month.count += est
+        reservation.tpm_levels, reservation.lease_levels = tuple(tpm_levels), tuple(lease_levels)
+        self._open[reservation.id] = reservation
+        self._admitted += 1
+        if self._admitted % PRUNE_EVERY == 0:
+            self._prune(now)
+
+    def _prune(self, now: float) -> None:
+        stale = [rid for rid, res in self._open.items() if res.slot < now - FORGET_AFTER]
+        for rid in stale:
+            del self._open[rid]
+
+    def renew(self, reservation: Reservation) -> None:
+        with self._lock:
+            now = self._clock()
+            for level, level_id in _levels_of(reservation):
+                counters = self._levels.get((level, level_id))
+                if counters is not None and level in reservation.lease_levels:
+                    counters.leases.renew(reservation.id, now, self.lease_ttl)
+
+    def settle(self, reservation: Reservation, total_tokens: int,
+               write_ledger: Callable[[], None] | None = None) -> bool:
+        """Replaces the estimate with `total_tokens` and frees the slot; False when already settled.
+
+        `write_ledger` runs inside the same critical section, before any counter moves.
+        """
+        with self._lock:
+            if self._open.pop(reservation.id, None) is None:
+                return False
+            if write_ledger is not None:
+                try:
+                    write_ledger()
+                except BaseException:
+                    self._open[reservation.id] = reservation
+                    raise
+            delta = total_tokens - reservation.estimated_tokens
+            for level, level_id in _levels_of(reservation):
+                counters = self._levels.get((level, level_id))
+                if counters is None:
+                    continue
+                if level in reservation.tpm_levels:
+                    counters.tokens.adjust(reservation.slot, delta)
+                counters.day.adjust(reservation.day, delta)
+                counters.month.adjust(reservation.month, delta)
+                counters.leases.release(reservation.id)
+            return True
+
+    def is_open(self, reservation: Reservation) -> bool:
+        return reservation.id in self._open
+
+
+def _id_at(charges: list[Charge], level: Level) -> str | None:
+    return next((c.id for c in charges if c.level is level), None)
+
+
+def _levels_of(reservation: Reservation) -> list[tuple[Level, str]]:
+    levels = [(Level.key, reservation.key_id), (Level.account, reservation.account_id)]
+    if reservation.sub_account_id is not None:
+        levels.append((Level.sub_account, reservation.sub_account_id))
+    return levels

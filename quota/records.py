@@ -1,0 +1,229 @@
+"""The records that quota/ hands out: tenancy, keys, quotas, admission answers, reservations, usage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, TypeVar
+
+
+class Level(StrEnum):
+    key = "key"
+    sub_account = "sub_account"
+    account = "account"
+
+
+class LimitName(StrEnum):
+    rpm = "rpm"
+    tpm = "tpm"
+    concurrency = "concurrency"
+    tokens_per_day = "tokens_per_day"
+    tokens_per_month = "tokens_per_month"
+
+
+class InvalidRequest(ValueError):
+    """Bad input to an admin call; the message says which field and why (the gateway answers 400)."""
+
+
+class NotFound(KeyError):
+    """The account, sub-account or key does not exist (the gateway answers 404)."""
+
+
+QUOTA_FIELDS = ("rpm", "tpm", "max_concurrency", "tokens_per_day", "tokens_per_month")
+
+
+@dataclass(slots=True, frozen=True)
+class Quota:
+    """Limits of one level; None means unlimited."""
+
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrency: int | None = None
+    tokens_per_day: int | None = None
+    tokens_per_month: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in QUOTA_FIELDS:
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise InvalidRequest(f"quota.{name} must be a non-negative integer or null, not {value!r}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Quota:
+        if data is None:
+            return cls()
+        if not isinstance(data, dict):
+            raise InvalidRequest(f"quota must be an object, not {type(data).__name__}")
+        unknown = set(data) - set(QUOTA_FIELDS)
+        if unknown:
+            raise InvalidRequest(f"unknown quota fields: {', '.join(sorted(unknown))}")
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in QUOTA_FIELDS if getattr(self, name) is not None}
+
+    def as_list(self) -> list[int | None]:
+        return [getattr(self, name) for name in QUOTA_FIELDS]
+
+
+@dataclass(slots=True)
+class Account:
+    id: str
+    name: str
+    quota: Quota = field(default_factory=Quota)
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+@dataclass(slots=True)
+class SubAccount:
+    id: str
+    account_id: str
+    name: str
+    quota: Quota = field(default_factory=Quota)
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+@dataclass(slots=True)
+class ApiKey:
+    """A key as listed by admin calls; its secret is never kept, only the secret's SHA-256."""
+
+    id: str
+    account_id: str
+    sub_account_id: str | None = None
+    name: str = ""
+    models: list[str] | None = None  # None: every model
+    quota: Quota = field(default_factory=Quota)
+    priority_class: str | None = None
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+@dataclass(slots=True)
+class CreatedKey:
+    """The answer to create_key: the only time the secret is ever shown."""
+
+    key: ApiKey
+    secret: str
+
+
+@dataclass(slots=True, frozen=True)
+class KeyInfo:
+    """What the gateway needs to know about an authenticated key."""
+
+    id: str
+    name: str
+    account_id: str
+    sub_account_id: str | None
+    models: list[str] | None
+    priority_class: str | None
+    expires_at: datetime | None
+
+    def allows(self, model: str) -> bool:
+        return self.models is None or model in self.models
+
+    @classmethod
+    def of(cls, key: ApiKey) -> KeyInfo:
+        return cls(key.id, key.name, key.account_id, key.sub_account_id, key.models, key.priority_class,
+                   key.expires_at)
+
+
+@dataclass(slots=True, frozen=True)
+class AuthResult:
+    ok: bool
+    key: KeyInfo | None = None
+    reason: str | None = None  # "unknown" | "revoked" | "expired" | "store_unavailable"
+
+
+@dataclass(slots=True)
+class RateInfo:
+    """The tightest level's request and token windows, for OpenAI's x-ratelimit-* headers."""
+
+    limit_requests: int | None = None
+    remaining_requests: int | None = None
+    reset_requests: float | None = None
+    limit_tokens: int | None = None
+    remaining_tokens: int | None = None
+    reset_tokens: float | None = None
+
+
+@dataclass(slots=True)
+class Reservation:
+    """What admission charged, so that settlement can replace it with real usage exactly once."""
+
+    id: str  # unique per admission; also the concurrency lease member
+    request_id: str
+    key_id: str
+    sub_account_id: str | None
+    account_id: str
+    model: str
+    estimated_tokens: int
+    slot: int  # unix second of admission (server clock): the window slot and the ledger hour
+    day: int  # days since epoch, UTC
+    month: int  # year * 12 + month - 1
+    tpm_levels: tuple[Level, ...] = ()  # levels whose token window holds the estimate
+    lease_levels: tuple[Level, ...] = ()  # levels holding a concurrency lease
+    local: bool = False  # admitted by the in-process fallback while Redis was down
+
+
+@dataclass(slots=True)
+class Admission:
+    admitted: bool
+    reservation: Reservation | None = None
+    refused_level: Level | None = None
+    refused_limit: LimitName | None = None
+    retry_after: float | None = None
+    rate: RateInfo = field(default_factory=RateInfo)
+    degraded: bool = False
+    unavailable: bool = False
+
+
+@dataclass(slots=True)
+class UsageRow:
+    period_start: datetime
+    account_id: str
+    sub_account_id: str | None
+    key_id: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    requests: int
+
+
+@dataclass(slots=True)
+class UsageReport:
+    rows: list[UsageRow]
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    requests: int = 0
+
+    @classmethod
+    def of(cls, rows: list[UsageRow]) -> UsageReport:
+        return cls(rows, sum(r.prompt_tokens for r in rows), sum(r.completion_tokens for r in rows),
+                   sum(r.requests for r in rows))
+
+
+T = TypeVar("T", Account, SubAccount, ApiKey)
+
+
+def to_json(record: Account | SubAccount | ApiKey) -> dict[str, Any]:
+    """A JSON-ready dict of a tenancy record (datetimes as ISO 8601, quota as its dict)."""
+    out: dict[str, Any] = {}
+    for f in fields(record):
+        value = getattr(record, f.name)
+        if isinstance(value, datetime):
+            value = value.isoformat()
+        elif isinstance(value, Quota):
+            value = value.to_dict()
+        out[f.name] = value
+    return out
+
+
+def from_json(cls: type[T], data: dict[str, Any]) -> T:
+    values = dict(data)
+    values["quota"] = Quota.from_dict(values.get("quota"))
+    for name in ("created_at", "expires_at", "revoked_at"):
+        if isinstance(values.get(name), str):
+            values[name] = datetime.fromisoformat(values[name])
+    return cls(**values)

@@ -1,0 +1,75 @@
+"""The interface the gateway uses: authenticate, admit, renew, settle (see /work/notes/quota_contract.md)."""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from datetime import UTC, datetime
+
+from quota.admin import QuotaAdmin, hash_secret
+from quota.records import Admission, ApiKey, AuthResult, KeyInfo, Reservation
+
+
+class StoreUnavailable(Exception):
+    """The store cannot be reached; services turn it into an answer, never let it reach the gateway."""
+
+
+class QuotaService(ABC):
+    """One atomic admission across key, sub-account and account, then settlement with real usage."""
+
+    admin: QuotaAdmin
+
+    def __init__(self, auth_cache_ttl: float) -> None:
+        self._auth_ttl = auth_cache_ttl
+        self._auth_cache: dict[str, tuple[float, ApiKey | None]] = {}
+
+    async def authenticate(self, secret: str) -> AuthResult:
+        """Looks the secret's SHA-256 up; answers are cached at most `auth_cache_ttl` (<= 1 s)."""
+        digest = hash_secret(secret)
+        now = time.monotonic()
+        cached = self._auth_cache.get(digest)
+        if cached is not None and now - cached[0] < self._auth_ttl:
+            key = cached[1]
+        else:
+            try:
+                key = await self._lookup_key(digest)
+            except StoreUnavailable:
+                return AuthResult(False, None, "store_unavailable")
+            if len(self._auth_cache) > 100_000:
+                self._auth_cache.clear()
+            self._auth_cache[digest] = (now, key)
+        if key is None:
+            return AuthResult(False, None, "unknown")
+        if key.revoked_at is not None:
+            return AuthResult(False, None, "revoked")
+        if key.expires_at is not None and key.expires_at <= datetime.now(UTC):
+            return AuthResult(False, None, "expired")
+        return AuthResult(True, KeyInfo.of(key))
+
+    def _forget_cached(self) -> None:
+        self._auth_cache.clear()
+
+    @abstractmethod
+    async def _lookup_key(self, secret_hash: str) -> ApiKey | None:
+        """The key with this secret hash, or None; raises StoreUnavailable when the store is out of reach."""
+
+    @abstractmethod
+    async def admit(self, key: KeyInfo, *, model: str, estimated_tokens: int, request_id: str) -> Admission:
+        """Checks and reserves on every level at once; never raises for a store outage."""
+
+    @abstractmethod
+    async def renew(self, reservation: Reservation) -> None:
+        """Extends the reservation's concurrency leases while its request lives."""
+
+    @abstractmethod
+    async def settle(self, reservation: Reservation, *, prompt_tokens: int, completion_tokens: int,
+                     model: str) -> None:
+        """Replaces the estimate with real usage and writes the ledger; a second call is a no-op."""
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    @property
+    def degraded(self) -> bool:
+        """True while a Redis-down policy is applied."""
+        return False
