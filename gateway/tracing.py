@@ -9,7 +9,7 @@ the one that started it.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, MutableMapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from opentelemetry import trace
@@ -101,21 +101,17 @@ class RequestTrace:
         self._span.set_attribute("gen_ai.usage.input_tokens", prompt_tokens)
         self._span.set_attribute("gen_ai.usage.output_tokens", completion_tokens)
 
-    @contextmanager
-    def admission(self) -> Iterator[Span]:
+    def admission(self) -> AbstractContextManager[Span]:
         """Wraps the quota check-and-reserve; set `tidegate.refused_level` and `.refused_limit` on refusal."""
-        with self._child("gateway.admission", SpanKind.INTERNAL) as span:
-            yield span
+        return self._child("gateway.admission", SpanKind.INTERNAL, {})
 
-    @contextmanager
-    def queue_wait(self, priority_class: str) -> Iterator[Span]:
+    def queue_wait(self, priority_class: str) -> AbstractContextManager[Span]:
         """Wraps the wait for a slot in the priority class's pool."""
-        with self._child("gateway.queue_wait", SpanKind.INTERNAL) as span:
-            span.set_attribute("tidegate.priority_class", priority_class)
-            yield span
+        return self._child("gateway.queue_wait", SpanKind.INTERNAL, {"tidegate.priority_class": priority_class})
 
-    @contextmanager
-    def upstream_attempt(self, channel: str, upstream_model: str, headers: MutableMapping[str, str]) -> Iterator[Span]:
+    def upstream_attempt(
+        self, channel: str, upstream_model: str, headers: MutableMapping[str, str]
+    ) -> AbstractContextManager[Span]:
         """Wraps one upstream call and writes its `traceparent` into `headers`, so the backend joins the trace.
 
         The attempt counter lands on the request span; the caller sets `http.response.status_code` on the
@@ -124,12 +120,9 @@ class RequestTrace:
         self._attempts += 1
         self._span.set_attribute("tidegate.attempts", self._attempts)
         self._span.set_attribute("tidegate.channel", channel)
-        with self._child("gateway.upstream_attempt", SpanKind.CLIENT) as span:
-            span.set_attribute("tidegate.channel", channel)
-            span.set_attribute("tidegate.attempt", self._attempts)
-            span.set_attribute("gen_ai.request.model", upstream_model)
-            inject_traceparent(span, headers)
-            yield span
+        attributes = {"tidegate.channel": channel, "tidegate.attempt": self._attempts,
+                      "gen_ai.request.model": upstream_model}
+        return self._child("gateway.upstream_attempt", SpanKind.CLIENT, attributes, headers)
 
     def end(self, status_code: int, error_type: str | None = None) -> None:
         """Ends the request span with the status the client saw; call once, when the last byte is sent."""
@@ -141,9 +134,14 @@ class RequestTrace:
         self._span.end()
 
     @contextmanager
-    def _child(self, name: str, kind: SpanKind) -> Iterator[Span]:
+    def _child(
+        self, name: str, kind: SpanKind, attributes: dict[str, Any], headers: MutableMapping[str, str] | None = None
+    ) -> Iterator[Span]:
         # Not attached as the current span: the block may end in another task (a cancelled stream).
-        span = self._tracer.start_span(name, context=trace.set_span_in_context(self._span), kind=kind)
+        span = self._tracer.start_span(name, context=trace.set_span_in_context(self._span), kind=kind,
+                                       attributes=attributes)
+        if headers is not None:
+            inject_traceparent(span, headers)
         try:
             yield span
         except BaseException as exc:
@@ -157,10 +155,12 @@ class RequestTrace:
 class _NoopRequestTrace(RequestTrace):
     """Every method returns at once; upstream headers are left untouched."""
 
-    __slots__ = ()
+    __slots__ = ("_nothing",)
 
     def __init__(self) -> None:
         super().__init__(trace.NoOpTracer(), trace.INVALID_SPAN)
+        # One reusable context for every child "span": no generator is built per call.
+        self._nothing: AbstractContextManager[Span] = nullcontext(trace.INVALID_SPAN)
 
     def set(self, **attributes: Any) -> None:
         return None
@@ -174,16 +174,19 @@ class _NoopRequestTrace(RequestTrace):
     def set_usage(self, prompt_tokens: int, completion_tokens: int) -> None:
         return None
 
-    @contextmanager
-    def upstream_attempt(self, channel: str, upstream_model: str, headers: MutableMapping[str, str]) -> Iterator[Span]:
-        yield self._span
+    def admission(self) -> AbstractContextManager[Span]:
+        return self._nothing
+
+    def queue_wait(self, priority_class: str) -> AbstractContextManager[Span]:
+        return self._nothing
+
+    def upstream_attempt(
+        self, channel: str, upstream_model: str, headers: MutableMapping[str, str]
+    ) -> AbstractContextManager[Span]:
+        return self._nothing
 
     def end(self, status_code: int, error_type: str | None = None) -> None:
         return None
-
-    @contextmanager
-    def _child(self, name: str, kind: SpanKind) -> Iterator[Span]:
-        yield self._span
 
 
 NOOP_REQUEST: RequestTrace = _NoopRequestTrace()

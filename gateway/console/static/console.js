@@ -4,7 +4,6 @@
 const KEY_STORAGE = "tidegate.adminKey";
 const POLL_MS = 5000;
 const LIVE_WINDOW_MS = 60000;
-const USAGE_BUCKETS = 12;
 const COLORS = ["#1f6feb", "#e8590c", "#2f9e44", "#ae3ec9", "#f08c00", "#0c8599", "#c2255c", "#5c940d"];
 const QUOTA_FIELDS = ["rpm", "tpm", "max_concurrency", "tokens_per_day", "tokens_per_month"];
 
@@ -15,6 +14,7 @@ const state = {
   subAccounts: [],
   keys: [],
   liveSamples: new Map(), // entity id -> [{t, requests, tokens}] cumulative totals, for rates by difference
+  liveSince: null,
   timer: null,
 };
 
@@ -164,6 +164,8 @@ async function openAccount(accountId) {
   state.account = state.accounts.find((a) => a.id === accountId) ?? null;
   if (!state.account) return;
   state.liveSamples.clear();
+  // Live rates difference cumulative totals from a fixed start: the top of the hour the account was opened.
+  state.liveSince = new Date(Math.floor(Date.now() / 3600000) * 3600000).toISOString();
   $("#account-detail").hidden = false;
   $("#account-name").textContent = state.account.name;
   await refreshAccountDetail();
@@ -277,32 +279,35 @@ function editQuota(kind, entity) {
 
 // ---- usage over time -----------------------------------------------------------------------------------------
 
-function timeParam(ms) {
-  return new Date(ms).toISOString();
-}
+const HOUR_MS = 3600000;
+const DAY_MS = 86400000;
 
+// The ledger keeps one row per period (hour or day), key and model; the wrapper may be a list or an object.
 function usageRows(body) {
-  return listOf(body).map((row) => ({
+  const rows = Array.isArray(body) ? body : body?.rows ?? body?.data ?? [];
+  return rows.map((row) => ({
     ...row,
-    requests: Number(row.requests ?? row.request_count ?? 0),
+    t: Date.parse(row.period_start),
+    requests: Number(row.requests ?? 0),
     prompt_tokens: Number(row.prompt_tokens ?? 0),
     completion_tokens: Number(row.completion_tokens ?? 0),
-    total_tokens: Number(row.total_tokens ?? Number(row.prompt_tokens ?? 0) + Number(row.completion_tokens ?? 0)),
+    total_tokens: Number(row.prompt_tokens ?? 0) + Number(row.completion_tokens ?? 0),
   }));
 }
 
+async function fetchUsage(params) {
+  return usageRows(await api("GET", `/admin/usage${query(params)}`));
+}
+
 function seriesName(row, group) {
-  if (group === "model") return row.model ?? "(all models)";
-  if (group === "key") {
-    const key = state.keys.find((k) => k.id === row.key_id);
-    return key?.name || row.key_id || "(no key)";
-  }
+  if (group === "model") return row.model;
+  if (group === "key") return state.keys.find((k) => k.id === row.key_id)?.name || row.key_id;
   if (!row.sub_account_id) return "(account level)";
   return subAccountName(row.sub_account_id) || row.sub_account_id;
 }
 
 function renderUsageFilterOptions() {
-  // The filter follows the opened account; without one the chart covers all accounts.
+  // The chart follows the opened account; without one it covers all accounts.
   $("#usage h2").textContent = state.account ? `Usage of ${state.account.name}` : "Usage (all accounts)";
 }
 
@@ -311,26 +316,26 @@ async function refreshUsage() {
   const rangeMs = Number(form.range.value) * 1000;
   const group = form.group.value;
   const measure = form.measure.value;
+  const step = rangeMs > DAY_MS ? DAY_MS : HOUR_MS;
   const end = Date.now();
-  const step = rangeMs / USAGE_BUCKETS;
-  const scope = state.account ? { account_id: state.account.id } : {};
-  const buckets = await Promise.all(Array.from({ length: USAGE_BUCKETS }, (_, i) => {
-    const params = { ...scope, group_by: group, start: timeParam(end - rangeMs + i * step), end: timeParam(end - rangeMs + (i + 1) * step) };
-    return api("GET", `/admin/usage${query(params)}`).then(usageRows);
-  }));
-  const totals = new Map();
-  const series = new Map();
-  buckets.forEach((rows, i) => {
-    for (const row of rows) {
-      const name = seriesName(row, group);
-      if (!series.has(name)) series.set(name, new Array(USAGE_BUCKETS).fill(0));
-      series.get(name)[i] += row[measure];
-      const total = totals.get(name) ?? { requests: 0, prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
-      for (const field of Object.keys(total)) total[field] += row[field];
-      totals.set(name, total);
-    }
+  const first = Math.floor((end - rangeMs) / step) * step;
+  const times = [];
+  for (let t = first; t <= end; t += step) times.push(t);
+  const rows = await fetchUsage({
+    account_id: state.account?.id, granularity: step === DAY_MS ? "day" : "hour",
+    start: new Date(first).toISOString(), end: new Date(end).toISOString(),
   });
-  const times = Array.from({ length: USAGE_BUCKETS }, (_, i) => end - rangeMs + (i + 1) * step);
+  const series = new Map();
+  const totals = new Map();
+  for (const row of rows) {
+    const name = seriesName(row, group);
+    if (!series.has(name)) series.set(name, new Array(times.length).fill(0));
+    const bucket = Math.min(times.length - 1, Math.max(0, Math.floor((row.t - first) / step)));
+    series.get(name)[bucket] += row[measure];
+    const total = totals.get(name) ?? { requests: 0, prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
+    for (const field of Object.keys(total)) total[field] += row[field];
+    totals.set(name, total);
+  }
   $("#usage-chart").replaceChildren(lineChart(times, series));
   fillRows($("#usage-table"), [...totals].map(([name, t]) => el("tr", { "data-series": name },
     el("td", {}, name), el("td", {}, formatNumber(t.requests)), el("td", {}, formatNumber(t.prompt_tokens)),
@@ -362,7 +367,7 @@ function lineChart(times, series) {
 
 // ---- live RPM and TPM against quotas -------------------------------------------------------------------------
 
-// Rates are differences of cumulative usage between polls, so they work at any ledger granularity.
+// Rates are differences of cumulative usage between polls, so they work at the ledger's hourly granularity.
 function liveRate(id, totals) {
   const now = Date.now();
   const samples = (state.liveSamples.get(id) ?? []).filter((s) => now - s.t <= LIVE_WINDOW_MS);
@@ -389,21 +394,22 @@ function meter(value, limit) {
 
 async function refreshLive() {
   if (!state.account) return;
+  // One query for the whole account since it was opened; each level's totals are sums over its rows.
+  const rows = await fetchUsage({ account_id: state.account.id, granularity: "hour", start: state.liveSince });
+  const sum = (match) => rows.filter(match).reduce(
+    (acc, r) => ({ requests: acc.requests + r.requests, tokens: acc.tokens + r.total_tokens }), { requests: 0, tokens: 0 });
   const levels = [
-    ["account", state.account, { account_id: state.account.id }],
-    ...state.subAccounts.map((s) => ["sub-account", s, { sub_account_id: s.id }]),
-    ...state.keys.filter((k) => keyState(k) === "active").map((k) => ["key", k, { key_id: k.id }]),
+    ["account", state.account, () => true],
+    ...state.subAccounts.map((s) => ["sub-account", s, (r) => r.sub_account_id === s.id]),
+    ...state.keys.filter((k) => keyState(k) === "active").map((k) => ["key", k, (r) => r.key_id === k.id]),
   ];
-  const rows = await Promise.all(levels.map(async ([level, entity, params]) => {
-    const usage = usageRows(await api("GET", `/admin/usage${query(params)}`));
-    const totals = usage.reduce((sum, r) => ({ requests: sum.requests + r.requests, tokens: sum.tokens + r.total_tokens }),
-      { requests: 0, tokens: 0 });
-    const rate = liveRate(`${level}:${entity.id}`, totals);
+  fillRows($("#live-table"), levels.map(([level, entity, match]) => {
+    const rate = liveRate(`${level}:${entity.id}`, sum(match));
     return el("tr", { "data-id": entity.id },
-      el("td", {}, level), el("td", {}, entity.name ?? entity.id),
-      el("td", {}, meter(rate.rpm, entity.quota?.rpm)), el("td", {}, meter(rate.tpm, entity.quota?.tpm)));
+      el("td", {}, level), el("td", {}, entity.name || entity.id),
+      el("td", { class: "rpm" }, meter(rate.rpm, entity.quota?.rpm)),
+      el("td", { class: "tpm" }, meter(rate.tpm, entity.quota?.tpm)));
   }));
-  fillRows($("#live-table"), rows);
 }
 
 // ---- channel health ------------------------------------------------------------------------------------------
