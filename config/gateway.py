@@ -117,8 +117,9 @@ class GatewaySettings(StoreSettings):
     retries: Retries = Field(default_factory=Retries)
     breaker: Breaker = Field(default_factory=Breaker)
     health_check_interval: float = Field(default=5.0, gt=0)
-    auth_cache_ttl: float = Field(default=1.0, ge=0, le=1.0)
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    # reserved at admission for requests without max_tokens; settlement refunds what was not used
+    default_max_tokens: int = Field(default=512, ge=1)
     tracing: Tracing = Field(default_factory=Tracing)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

@@ -72,10 +72,14 @@ class StreamRelay:
         self._idle = idle
         self._done = False
 
-    async def stream(self) -> AsyncIterator[bytes]:
+    async def stream(self, before_end: Callable[[], Awaitable[None]]) -> AsyncIterator[bytes]:
+        """The client's events; `before_end` runs before the last one, so usage is settled by the time
+        the client sees the stream end."""
         for data in self.answer.first_events:
             out = self._transform(data)
             if out:
+                if self._done:
+                    await before_end()
                 yield out
         events = self.answer.events
         while events is not None and not self._done:
@@ -87,6 +91,7 @@ class StreamRelay:
                 break
             except TimeoutError:
                 self.outcome = Outcome.timeout
+                await before_end()
                 yield error_event("the upstream stalled past its idle or total deadline", "timeout",
                                   "upstream_timeout")
                 return
@@ -94,9 +99,12 @@ class StreamRelay:
                 break
             out = self._transform(data)
             if out:
+                if self._done:
+                    await before_end()
                 yield out
         if not self._done and self.outcome is Outcome.ok:
             self.outcome = Outcome.cut
+            await before_end()
             yield error_event("the upstream stream broke off before it finished", "upstream_error",
                               "stream_cut")
 
@@ -144,7 +152,11 @@ class StreamResponse(Response):
 
     def __init__(self, body: AsyncIterator[bytes], headers: dict[str, str],
                  on_close: Callable[[bool], Awaitable[None]]):
-        super().__init__(None, 200, {**headers, "cache-control": "no-cache"}, "text/event-stream")
+        # no `body` attribute: init_headers then leaves out Content-Length, as StreamingResponse does
+        self.status_code = 200
+        self.media_type = "text/event-stream"
+        self.background = None
+        self.init_headers({**headers, "cache-control": "no-cache"})
         self._body = body
         self._on_close = on_close
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.gateway.harness import GatewayHarness, settings_for
 from tests.gateway.upstreams import Fault, MockUpstream
 
 
@@ -22,3 +25,19 @@ async def upstreams() -> AsyncIterator[Callable[..., Awaitable[MockUpstream]]]:
     yield start
     for upstream in started:
         await upstream.stop()
+
+
+@pytest.fixture
+async def gateway_for(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[GatewayHarness]]]:
+    """Starts a gateway in front of the given upstreams (`await gateway_for([upstream], **settings)`)."""
+    started: list[GatewayHarness] = []
+
+    async def start(targets: list[MockUpstream], **overrides: Any) -> GatewayHarness:
+        settings = settings_for(tmp_path, [t.base_url for t in targets], **overrides)
+        harness = await GatewayHarness(settings).start()
+        started.append(harness)
+        return harness
+
+    yield start
+    for harness in started:
+        await harness.stop()

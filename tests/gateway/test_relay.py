@@ -27,8 +27,14 @@ async def answer_from(upstream: MockUpstream, stream: bool, max_tokens: int = 6)
 
 
 async def relay_all(relay: StreamRelay) -> list[bytes]:
-    events = [event async for event in relay.stream()]
-    await relay.close(disconnected=False)
+    ended: list[bool] = []
+
+    async def before_end() -> None:
+        ended.append(True)
+        await relay.close(disconnected=False)
+
+    events = [event async for event in relay.stream(before_end)]
+    assert ended == [True]  # the last event goes out after the relay has let go of the upstream
     return events
 
 

@@ -1,0 +1,97 @@
+"""The gateway's Starlette app: built from settings, or in a worker process from settings in the environment."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from config import GatewaySettings
+from gateway.admin_api import AdminApi
+from gateway.channels import ChannelState, HealthChecker
+from gateway.console import console_routes
+from gateway.metrics import GatewayMetrics
+from gateway.priority import PriorityPools
+from gateway.proxy import Proxy
+from gateway.router import Router
+from gateway.upstream import UpstreamClient
+from quota import QuotaService, open_store
+
+SETTINGS_ENV = "TIDEGATE_GATEWAY_SETTINGS_JSON"
+
+
+class Gateway:
+    """Everything one worker process holds: the store, channels, pools and the upstream connection pool."""
+
+    def __init__(self, settings: GatewaySettings, quota: QuotaService):
+        self.settings = settings
+        self.quota = quota
+        self.http = httpx.AsyncClient(limits=httpx.Limits(max_connections=None, max_keepalive_connections=512))
+        channels = [ChannelState(c, settings.channel_timeouts(c), settings.breaker) for c in settings.channels]
+        self.router = Router(channels)
+        self.pools = PriorityPools(settings.priority_classes, settings.default_priority_class)
+        self.metrics = GatewayMetrics(self.router, self.pools, quota)
+        upstream = UpstreamClient(self.router, settings.retries, self.http)
+        self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics)
+        self.admin = AdminApi(quota, self.router, settings.admin_key)
+        self.health = HealthChecker(channels, settings.health_check_interval, self.http)
+
+    async def close(self) -> None:
+        await self.health.stop()
+        await self.http.aclose()
+        await self.quota.close()
+
+    async def health_route(self, request: Request) -> Response:
+        healthy = sum(1 for c in self.router.channels if c.healthy)
+        return JSONResponse({"status": "ok", "degraded": self.quota.degraded, "channels": len(self.router.channels),
+                             "healthy_channels": healthy, "priority": self.pools.status()})
+
+    async def metrics_route(self, request: Request) -> Response:
+        return Response(self.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/v1/chat/completions", self.proxy.completions, methods=["POST"]),
+            Route("/v1/completions", self.proxy.completions, methods=["POST"]),
+            Route("/v1/models", self.proxy.models, methods=["GET"]),
+            Route("/health", self.health_route, methods=["GET"]),
+            Route("/metrics", self.metrics_route, methods=["GET"]),
+            *console_routes(),
+            *self.admin.routes(),
+        ]
+
+
+def create_app(settings: GatewaySettings) -> Starlette:
+    """The app; the store opens and the health checks start when the server starts it (lifespan)."""
+    app = Starlette()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        gateway = Gateway(settings, await open_store(settings))
+        app.state.gateway = gateway
+        app.router.routes.extend(gateway.routes())
+        gateway.health.start()
+        try:
+            yield
+        finally:
+            await gateway.close()
+
+    app.router.lifespan_context = lifespan
+    return app
+
+
+def create_app_from_env() -> Starlette:
+    """The factory each uvicorn worker calls: settings travel from the parent in an environment variable."""
+    raw = os.environ.get(SETTINGS_ENV)
+    if raw is None:
+        raise RuntimeError(f"{SETTINGS_ENV} is not set; start workers with `tidegate gateway`")
+    settings = GatewaySettings.model_validate_json(raw)
+    logging.basicConfig(level=settings.log_level.upper(), format="%(message)s")
+    return create_app(settings)

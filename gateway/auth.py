@@ -1,0 +1,43 @@
+"""Bearer-token authentication of API keys (through quota/) and of the admin key."""
+
+from __future__ import annotations
+
+import hmac
+
+from starlette.requests import Request
+
+from gateway.errors import ApiError, forbidden, unauthorized, unavailable
+from quota import KeyInfo, QuotaService
+
+
+def bearer_token(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+async def authenticate(quota: QuotaService, request: Request) -> KeyInfo:
+    """The key behind the request's bearer token, or the 401/403/503 the client must see."""
+    secret = bearer_token(request)
+    if secret is None:
+        raise unauthorized("missing API key: send 'Authorization: Bearer tg-...'")
+    result = await quota.authenticate(secret)
+    if result.ok and result.key is not None:
+        return result.key
+    if result.reason == "store_unavailable":
+        raise unavailable("the key store is unavailable; retry shortly", retry_after=1.0,
+                          code="store_unavailable")
+    if result.reason in ("revoked", "expired"):
+        raise forbidden(f"this API key is {result.reason}", f"key_{result.reason}")
+    raise unauthorized("incorrect API key provided")
+
+
+def check_admin(request: Request, admin_key: str | None) -> None:
+    """Raises unless the request carries the configured admin key (compared in constant time)."""
+    if not admin_key:
+        raise forbidden("the admin API is disabled: no admin_key is configured", "admin_disabled")
+    token = bearer_token(request)
+    if token is None or not hmac.compare_digest(token.encode(), admin_key.encode()):
+        raise ApiError(401, "incorrect admin key", "invalid_request_error", "invalid_admin_key")

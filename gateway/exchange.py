@@ -1,0 +1,98 @@
+"""One client request's lifetime at the gateway: what it holds, and the single place that lets it go.
+
+Whatever way a request ends (success, upstream error, timeout, client disconnect), `end` runs once:
+it stops renewing the concurrency lease, frees the priority slot, settles the reservation with the
+real usage and writes the request's one structured log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+
+from gateway.metrics import GatewayMetrics
+from gateway.priority import PriorityPool
+from gateway.relay import Usage
+from quota import KeyInfo, QuotaService, Reservation
+
+access_log = logging.getLogger("tidegate.gateway.access")
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """The fields of the access log line; the key's id, never its secret."""
+
+    request_id: str
+    path: str
+    key_id: str | None = None
+    account_id: str | None = None
+    model: str | None = None
+    stream: bool = False
+    priority_class: str | None = None
+    channel: str | None = None
+    attempts: int = 0
+    status: int = 0
+    outcome: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    queue_ms: float = 0.0
+    duration_ms: float = 0.0
+    degraded: bool = False
+
+
+class Exchange:
+    def __init__(self, quota: QuotaService, metrics: GatewayMetrics, request_id: str, path: str,
+                 renew_interval: float):
+        self.record = RequestRecord(request_id, path)
+        self.started = time.monotonic()
+        self._quota = quota
+        self._metrics = metrics
+        self._renew_interval = renew_interval
+        self._reservation: Reservation | None = None
+        self._renewal: asyncio.Task[None] | None = None
+        self._pool: PriorityPool | None = None
+        self._ended = False
+
+    def identify(self, key: KeyInfo) -> None:
+        self.record.key_id, self.record.account_id = key.id, key.account_id
+
+    def hold(self, reservation: Reservation) -> None:
+        """Keep the reservation's concurrency lease alive until `end`."""
+        self._reservation = reservation
+        self._renewal = asyncio.create_task(self._renew(reservation))
+
+    async def take_slot(self, pool: PriorityPool) -> None:
+        queued = time.monotonic()
+        await pool.acquire()
+        self._pool = pool
+        self.record.priority_class = pool.name
+        self.record.queue_ms = round((time.monotonic() - queued) * 1000, 2)
+
+    async def end(self, status: int, outcome: str, usage: Usage | None = None) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self.record.status, self.record.outcome = status, outcome
+        if self._renewal is not None:
+            self._renewal.cancel()
+        if self._pool is not None:
+            self._pool.release()
+        if self._reservation is not None:
+            used = usage or Usage()
+            self.record.prompt_tokens, self.record.completion_tokens = used.prompt_tokens, used.completion_tokens
+            await self._quota.settle(self._reservation, prompt_tokens=used.prompt_tokens,
+                                     completion_tokens=used.completion_tokens, model=self._reservation.model)
+        elapsed = time.monotonic() - self.started
+        self.record.duration_ms = round(elapsed * 1000, 2)
+        self._metrics.observe(self.record.path, status, outcome, elapsed)
+        access_log.info(json.dumps(asdict(self.record), separators=(",", ":")))
+
+    async def _renew(self, reservation: Reservation) -> None:
+        while True:
+            await asyncio.sleep(self._renew_interval)
+            with contextlib.suppress(Exception):  # a missed renewal is retried next round; the TTL is longer
+                await self._quota.renew(reservation)

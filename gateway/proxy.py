@@ -1,0 +1,122 @@
+"""The request path, top to bottom: auth, body, admission, priority queue, route and call, relay, settle."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from config import GatewaySettings
+from gateway.admission import estimate_prompt_tokens, max_output_tokens, rate_headers, refusal
+from gateway.auth import authenticate
+from gateway.errors import ApiError, forbidden, not_found
+from gateway.exchange import Exchange
+from gateway.metrics import GatewayMetrics
+from gateway.openai_request import OpenAIRequest, parse, read_body
+from gateway.priority import PriorityPools
+from gateway.relay import StreamRelay, StreamResponse, Usage, rewrite_body
+from gateway.router import Router
+from gateway.upstream import Answer, UpstreamClient, UpstreamRequest
+from quota import KeyInfo, QuotaService
+
+
+class Proxy:
+    """Serves the OpenAI routes; every request ends through its `Exchange`, exactly once."""
+
+    def __init__(self, settings: GatewaySettings, quota: QuotaService, router: Router,
+                 upstream: UpstreamClient, pools: PriorityPools, metrics: GatewayMetrics):
+        self.settings = settings
+        self.quota = quota
+        self.router = router
+        self.upstream = upstream
+        self.pools = pools
+        self.metrics = metrics
+        self._renew_interval = max(0.5, settings.lease_ttl / 3)
+
+    async def completions(self, request: Request) -> Response:
+        chat = request.url.path.endswith("/chat/completions")
+        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+        exchange = Exchange(self.quota, self.metrics, request_id, request.url.path, self._renew_interval)
+        try:
+            key = await authenticate(self.quota, request)
+            exchange.identify(key)
+            call = parse(await read_body(request, self.settings.max_body_bytes), chat=chat,
+                         classes=set(self.pools.pools))
+            exchange.record.model, exchange.record.stream = call.model, call.stream
+            self._check_model(key, call.model)
+            headers = await self._admit(exchange, key, call, request_id)
+            await exchange.take_slot(self.pools.get(key.priority_class or call.priority_class))
+            deadline = exchange.started + self.settings.timeouts.total
+            answer = await self.upstream.call(UpstreamRequest(call.model, "/chat/completions" if chat
+                                                              else "/completions", call.body, call.stream,
+                                                              deadline, request_id))
+        except ApiError as error:
+            await exchange.end(error.status, "refused" if error.status < 500 else "failed")
+            return error.response(request_id)
+        except BaseException:
+            await exchange.end(499, "cancelled")
+            raise
+        exchange.record.channel, exchange.record.attempts = answer.channel.name, answer.attempts
+        if call.stream and answer.status == 200:
+            return self._stream(exchange, answer, call, headers, deadline)
+        return await self._whole(exchange, answer, headers)
+
+    def _check_model(self, key: KeyInfo, model: str) -> None:
+        if not key.allows(model):
+            raise forbidden(f"this key may not use model {model!r}", "model_not_allowed")
+        if not self.router.serves(model):
+            raise not_found(f"the model {model!r} does not exist", "model_not_found")
+
+    async def _admit(self, exchange: Exchange, key: KeyInfo, call: OpenAIRequest,
+                     request_id: str) -> dict[str, str]:
+        prompt = estimate_prompt_tokens(call.body)
+        estimate = prompt + max_output_tokens(call.body, self.settings.default_max_tokens)
+        admission = await self.quota.admit(key, model=call.model, estimated_tokens=estimate,
+                                           request_id=request_id)
+        exchange.record.degraded = admission.degraded
+        exchange.record.prompt_tokens = prompt
+        if not admission.admitted or admission.reservation is None:
+            raise refusal(admission)
+        exchange.hold(admission.reservation)
+        headers = {"x-request-id": request_id, **rate_headers(admission.rate)}
+        if admission.degraded:
+            headers["x-tidegate-degraded"] = "1"
+        return headers
+
+    async def _whole(self, exchange: Exchange, answer: Answer, headers: dict[str, str]) -> Response:
+        try:
+            body, usage = rewrite_body(answer)
+        finally:
+            # a 4xx from the upstream is the request's fault, not the channel's
+            await answer.finish(answer.status < 500)
+        outcome = "ok" if answer.status < 300 else "upstream_error"
+        await exchange.end(answer.status, outcome, usage if answer.status < 300 else None)
+        media = answer.response.headers.get("content-type", "application/json")
+        return Response(body, answer.status, headers, media_type=media)
+
+    def _stream(self, exchange: Exchange, answer: Answer, call: OpenAIRequest, headers: dict[str, str],
+                deadline: float) -> Response:
+        relay = StreamRelay(answer, wants_usage=call.wants_usage, deadline=deadline,
+                            idle=answer.channel.timeouts.idle)
+
+        async def end(disconnected: bool = False) -> None:
+            await relay.close(disconnected)
+            # without the upstream's usage (cut, or the client left), charge what was generated
+            usage = relay.usage or Usage(exchange.record.prompt_tokens, relay.chunks)
+            await exchange.end(200, relay.outcome.value, usage)
+
+        return StreamResponse(relay.stream(end), headers, end)
+
+    async def models(self, request: Request) -> Response:
+        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+        try:
+            key = await authenticate(self.quota, request)
+        except ApiError as error:
+            return error.response(request_id)
+        data: list[dict[str, Any]] = [
+            {"id": model, "object": "model", "created": 0, "owned_by": "tidegate"}
+            for model in self.router.models() if key.allows(model)
+        ]
+        return JSONResponse({"object": "list", "data": data}, headers={"x-request-id": request_id})
