@@ -86,6 +86,7 @@ class MockUpstream:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return StreamingResponse(self._chunks(body["model"], chat, n, prompt_tokens, include_usage),
                                      media_type="text/event-stream")
+        await asyncio.sleep(self.chunk_delay * n)  # as long as streaming the same tokens would take
         self.completed += 1
         text = "".join(f"t{i} " for i in range(n))
         choice: dict[str, Any] = (

@@ -1,0 +1,150 @@
+"""The request path's ugly cases through HTTP: client disconnects, full priority pools, failover, caps."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import httpx
+import openai
+import pytest
+
+from tests.gateway.harness import GatewayHarness
+from tests.gateway.upstreams import Fault, MockUpstream
+
+Start = Callable[..., Awaitable[MockUpstream]]
+StartGateway = Callable[..., Awaitable[GatewayHarness]]
+MESSAGES = [{"role": "user", "content": "Say hello"}]
+
+
+async def test_client_disconnect_mid_stream_releases_the_lease_and_settles_usage(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    upstream = await upstreams(chunk_delay=0.05)
+    gateway = await gateway_for([upstream])
+    key_id, secret = await gateway.key(quota={"max_concurrency": 1})
+    body = {"model": "smollm2", "messages": MESSAGES, "max_tokens": 200, "stream": True}
+    auth = {"authorization": f"Bearer {secret}"}
+    async with (httpx.AsyncClient(base_url=gateway.url, headers=auth) as http,
+                http.stream("POST", "/v1/chat/completions", json=body) as response):
+        assert response.status_code == 200
+        seen = 0
+        async for line in response.aiter_lines():
+            seen += line.startswith("data:")
+            if seen == 3:
+                break  # leave mid-stream: the context exit closes the connection
+    channel = (await gateway.admin.get("/admin/channels")).json()["data"][0]
+    for _ in range(100):  # the gateway notices the disconnect without waiting for the next chunk
+        usage = await gateway.usage(key_id=key_id)
+        if usage["requests"] == 1:
+            break
+        await asyncio.sleep(0.02)
+    assert usage["requests"] == 1 and 1 <= usage["completion_tokens"] < 200
+    channel = (await gateway.admin.get("/admin/channels")).json()["data"][0]
+    assert channel["in_flight"] == 0 and channel["models"]["smollm2"]["breaker"] == "closed"
+    # the key's single concurrency slot is free again
+    reply = await gateway.client(secret).chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=1)  # type: ignore[arg-type]
+    assert reply.choices[0].message.content == "t0 "
+
+
+async def test_a_full_priority_pool_queues_then_serves_in_order(upstreams: Start, gateway_for: StartGateway) -> None:
+    upstream = await upstreams(chunk_delay=0.1)
+    gateway = await gateway_for([upstream], priority_classes={
+        "realtime": {"max_concurrency": 1, "queue_size": 10, "queue_timeout": 10}})
+    _, secret = await gateway.key()
+    client = gateway.client(secret)
+    finished: list[int] = []
+
+    async def ask(i: int) -> None:
+        await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=3)  # type: ignore[arg-type]
+        finished.append(i)
+
+    tasks = []
+    for i in range(4):
+        tasks.append(asyncio.create_task(ask(i)))
+        await asyncio.sleep(0.05)  # arrive in a known order
+    await asyncio.gather(*tasks)
+    assert finished == [0, 1, 2, 3]
+    assert len(upstream.seen_bodies) == 4
+
+
+async def test_a_queue_timeout_answers_503_with_retry_after(upstreams: Start, gateway_for: StartGateway) -> None:
+    upstream = await upstreams(chunk_delay=0.5)
+    gateway = await gateway_for([upstream], priority_classes={
+        "realtime": {"max_concurrency": 1, "queue_size": 10, "queue_timeout": 0.3}})
+    key_id, secret = await gateway.key()
+    client = gateway.client(secret)
+    slow = asyncio.create_task(client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=3))  # type: ignore[arg-type]
+    await asyncio.sleep(0.1)
+    started = time.monotonic()
+    with pytest.raises(openai.InternalServerError) as refused:
+        await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=3)  # type: ignore[arg-type]
+    assert refused.value.status_code == 503 and refused.value.response.headers["retry-after"] == "1"
+    assert 0.25 < time.monotonic() - started < 1.0
+    await slow
+    usage = await gateway.usage(key_id=key_id)
+    assert usage["completion_tokens"] == 3  # the refused request was refunded, not charged
+
+
+async def test_batch_keys_queue_in_their_own_pool_while_realtime_is_served(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    upstream = await upstreams(chunk_delay=0.3)
+    gateway = await gateway_for([upstream], priority_classes={
+        "realtime": {"max_concurrency": 1, "queue_size": 4, "queue_timeout": 5},
+        "batch": {"max_concurrency": 1, "queue_size": 4, "queue_timeout": 5}})
+    _, batch_secret = await gateway.key(priority_class="batch")
+    _, realtime_secret = await gateway.key()
+    batch = gateway.client(batch_secret)
+    batch_jobs = [asyncio.create_task(batch.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=2))  # type: ignore[arg-type]
+                  for _ in range(3)]
+    await asyncio.sleep(0.1)
+    health = (await gateway.admin.get("/health")).json()
+    assert health["priority"]["batch"] == {"active": 1, "queued": 2}
+    started = time.monotonic()
+    await gateway.client(realtime_secret).chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=1)  # type: ignore[arg-type]
+    assert time.monotonic() - started < 0.6  # served at once, not behind the batch queue
+    await asyncio.gather(*batch_jobs)
+
+
+async def test_failover_through_the_gateway_reaches_the_healthy_channel_every_time(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    failing, hanging, healthy = await upstreams(Fault.error_500), await upstreams(Fault.hang), await upstreams()
+    refusing = MockUpstream()  # never started: its port refuses connections
+    gateway = await gateway_for([refusing, failing, hanging, healthy], retries={"max_attempts": 4},
+                                timeouts={"connect": 0.5, "first_token": 0.5, "idle": 1, "total": 5},
+                                breaker={"consecutive_failures": 2, "cooldown": 60})
+    _, secret = await gateway.key()
+    client = gateway.client(secret)
+    for stream in (False, True) * 4:
+        started = time.monotonic()
+        if stream:
+            chunks = [c async for c in await client.chat.completions.create(
+                model="smollm2", messages=MESSAGES, max_tokens=2, stream=True)]  # type: ignore[arg-type]
+            assert chunks
+        else:
+            await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=2)  # type: ignore[arg-type]
+        assert time.monotonic() - started < 5
+    assert healthy.completed == 8
+    assert failing.attempts <= 2 and hanging.attempts <= 2
+    channels = {c["name"]: c["models"]["smollm2"] for c in (await gateway.admin.get("/admin/channels")).json()["data"]}
+    assert [channels[name]["breaker"] for name in ("c0", "c1", "c2", "c3")] == ["open", "open", "open", "closed"]
+    metrics = (await gateway.admin.get("/metrics")).text
+    assert 'tidegate_breaker_state{channel="c1",model="smollm2"} 2.0' in metrics
+
+
+async def test_a_sub_account_cap_holds_across_its_keys(upstreams: Start, gateway_for: StartGateway) -> None:
+    gateway = await gateway_for([await upstreams()])
+    account = await gateway.account()
+    team = await gateway.sub_account(account, quota={"rpm": 5})
+    secrets = [(await gateway.key(sub_account_id=team))[1] for _ in range(3)]
+    outcomes = []
+    for i in range(12):
+        try:
+            await gateway.client(secrets[i % 3]).completions.create(model="smollm2", prompt="x", max_tokens=1)
+            outcomes.append("ok")
+        except openai.RateLimitError as error:
+            assert error.response.headers["x-ratelimit-limit-requests"] == "5"
+            outcomes.append("429")
+    assert outcomes.count("ok") == 5
+    usage = await gateway.usage(sub_account_id=team)
+    assert usage["requests"] == 5
