@@ -123,14 +123,14 @@ def _run(args: argparse.Namespace, slo: Slo | None) -> list[dict[str, Any]]:
     target = Target(args.base_url, args.model, args.api_key, args.endpoint, args.timeout, args.ignore_eos)
     spec = WorkloadSpec(args.input_len, args.output_len, args.range_ratio, args.shared_prefix_len,
                         args.num_prefixes, args.multi_turn, args.dataset)
-    tokenizer = _tokenizer(args)
     num_requests = args.num_requests if args.num_requests is not None or args.duration is not None else 100
     levels: list[int | None] = list(args.sweep) if args.sweep else [
-        None if args.rate is not None else (args.concurrency or 1)]
+        None if args.rate is not None else (1 if args.concurrency is None else args.concurrency)]
     profiles = [LoadProfile(concurrency=level, rate=args.rate if level is None else None,
                             burstiness=args.burstiness, num_requests=num_requests, duration=args.duration,
                             warmup=args.warmup, seed=args.seed, max_connections=args.max_connections)
                 for level in levels]
+    tokenizer = _tokenizer(args)  # after every flag is checked: loading takes a second
     summaries = []
     for profile in profiles:
         workload = Workload(spec, tokenizer, args.seed)  # the same prompts at every level

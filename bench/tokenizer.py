@@ -7,6 +7,7 @@ SmolLM2 GGUF from the model cache, or `--tokenizer PATH` (a tokenizer.json, a Hu
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -61,8 +62,12 @@ class PromptTokenizer:
         raise TokenizerError(f"could not build a prompt of exactly {n} tokens with {self.name}")
 
 
+@functools.cache
 def load_tokenizer(path: Path | None = None) -> PromptTokenizer:
-    """Load `path` (tokenizer.json, HF folder or .gguf), or the default SmolLM2 GGUF when None."""
+    """Load `path` (tokenizer.json, HF folder or .gguf), or the default SmolLM2 GGUF when None.
+
+    Cached per path: a sweep, or a script running several benchmarks, pays for loading once.
+    """
     if path is None:
         from backend.model_cache import cached_path
 

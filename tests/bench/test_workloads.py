@@ -1,0 +1,105 @@
+"""Workloads: ranged lengths, shared prefixes, multi-turn conversations, JSONL datasets and their errors."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.tokenizer import PromptTokenizer
+from bench.workloads import Workload, WorkloadError, WorkloadSpec
+
+
+def take(workload: Workload, n: int) -> list:
+    return list(itertools.islice(workload.conversations(), n))
+
+
+def test_fixed_lengths_are_exact(tokenizer: PromptTokenizer) -> None:
+    for [spec] in take(Workload(WorkloadSpec(input_len=100, output_len=20), tokenizer), 10):
+        assert isinstance(spec.prompt, str)
+        assert tokenizer.count(spec.prompt) == spec.input_tokens == 100
+        assert spec.output_len == 20
+
+
+def test_range_ratio_spreads_lengths_within_bounds(tokenizer: PromptTokenizer) -> None:
+    convs = take(Workload(WorkloadSpec(input_len=100, output_len=50, range_ratio=0.5), tokenizer, seed=3), 60)
+    inputs = [c[0].input_tokens for c in convs]
+    outputs = [c[0].output_len for c in convs]
+    assert min(inputs) >= 50 and max(inputs) <= 150 and len(set(inputs)) > 10
+    assert min(outputs) >= 25 and max(outputs) <= 75 and len(set(outputs)) > 10
+    assert all(tokenizer.count(c[0].prompt) == c[0].input_tokens for c in convs[:10])
+
+
+def test_shared_prefixes_repeat_exactly_and_keep_the_total_length(tokenizer: PromptTokenizer) -> None:
+    spec = WorkloadSpec(input_len=80, output_len=8, shared_prefix_len=48, num_prefixes=3)
+    convs = take(Workload(spec, tokenizer, seed=4), 30)
+    prompts = [c[0].prompt for c in convs]
+    prefixes = {" ".join(p.split()[:48]) for p in prompts}  # every pooled word is one token
+    assert len(prefixes) == 3
+    assert len(set(prompts)) == 30  # the suffixes differ
+    assert all(tokenizer.count(p) == 80 for p in prompts)
+
+
+def test_multi_turn_yields_conversations_of_that_many_turns(tokenizer: PromptTokenizer) -> None:
+    [conv] = take(Workload(WorkloadSpec(input_len=16, output_len=4, turns=4), tokenizer), 1)
+    assert len(conv) == 4
+    assert len({spec.prompt for spec in conv}) == 4
+
+
+def test_same_seed_gives_the_same_prompts(tokenizer: PromptTokenizer) -> None:
+    spec = WorkloadSpec(input_len=32, output_len=4)
+    assert take(Workload(spec, tokenizer, seed=9), 3) == take(Workload(spec, tokenizer, seed=9), 3)
+
+
+def test_jsonl_dataset_reads_prompts_and_messages_and_cycles(tokenizer: PromptTokenizer, tmp_path: Path) -> None:
+    path = tmp_path / "prompts.jsonl"
+    rows = [{"prompt": "hello there", "output_len": 5},
+            {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]}]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    convs = take(Workload(WorkloadSpec(output_len=9, dataset=path), tokenizer), 5)
+    assert [c[0].output_len for c in convs] == [5, 9, 5, 9, 5]
+    assert convs[0][0].input_tokens == tokenizer.count("hello there")
+    assert convs[1][0].prompt == rows[1]["messages"]
+
+
+def test_dataset_runs_without_a_tokenizer(tmp_path: Path) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "x"}\n')
+    [[spec]] = take(Workload(WorkloadSpec(dataset=path), None), 1)
+    assert spec.input_tokens == 0  # left to the server's usage
+
+
+@pytest.mark.parametrize("line", [
+    "not json", "[1, 2]", '{"text": "no prompt key"}', '{"prompt": ""}', '{"prompt": 5}',
+    '{"messages": [{"role": "user"}]}', '{"messages": []}', '{"prompt": "x", "output_len": 0}',
+    '{"prompt": "x", "output_len": "ten"}', '{"prompt": "x", "output_len": true}',
+])
+def test_malformed_dataset_lines_name_the_line(tmp_path: Path, line: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"prompt": "fine"}\n' + line + "\n")
+    with pytest.raises(WorkloadError, match=r"bad\.jsonl:2"):
+        Workload(WorkloadSpec(dataset=path), None)
+
+
+def test_empty_or_missing_dataset_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "empty.jsonl").write_text("\n")
+    for path in (tmp_path / "empty.jsonl", tmp_path / "absent.jsonl"):
+        with pytest.raises(WorkloadError):
+            Workload(WorkloadSpec(dataset=path), None)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"input_len": 0}, {"output_len": 0}, {"range_ratio": 1.0}, {"range_ratio": -0.1},
+    {"shared_prefix_len": 256}, {"shared_prefix_len": 100, "range_ratio": 0.7}, {"num_prefixes": 0},
+    {"turns": 0},
+])
+def test_workloads_that_cannot_be_built_are_refused(kwargs: dict) -> None:
+    with pytest.raises(WorkloadError):
+        WorkloadSpec(**kwargs)
+
+
+def test_synthetic_prompts_need_a_tokenizer() -> None:
+    with pytest.raises(WorkloadError):
+        Workload(WorkloadSpec(), None)
