@@ -32,6 +32,8 @@ def to_json(value: Any) -> Any:
         return value.to_dict()
     if is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_json(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, dict):
+        return {k: to_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [to_json(v) for v in value]
     if isinstance(value, datetime):

@@ -17,6 +17,7 @@ from config import GatewaySettings
 from gateway.admin_api import AdminApi
 from gateway.channels import ChannelState, HealthChecker
 from gateway.console import console_routes
+from gateway.errors import ApiError
 from gateway.metrics import GatewayMetrics
 from gateway.priority import PriorityPools
 from gateway.proxy import Proxy
@@ -70,7 +71,7 @@ class Gateway:
 
 def create_app(settings: GatewaySettings) -> Starlette:
     """The app; the store opens and the health checks start when the server starts it (lifespan)."""
-    app = Starlette()
+    app = Starlette(exception_handlers={Exception: _internal_error})
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -85,6 +86,12 @@ def create_app(settings: GatewaySettings) -> Starlette:
 
     app.router.lifespan_context = lifespan
     return app
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    # a bug still answers in the OpenAI shape, so SDKs raise their error class instead of failing to parse
+    logging.getLogger("tidegate.gateway").exception("unhandled error on %s", request.url.path, exc_info=exc)
+    return ApiError(500, "internal gateway error", "server_error", "internal_error").response()
 
 
 def create_app_from_env() -> Starlette:

@@ -1,0 +1,120 @@
+"""`tidegate admin`: accounts, sub-accounts, keys, quotas, usage and channels over the admin API."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+import httpx
+
+QUOTA_FLAGS = ("rpm", "tpm", "max_concurrency", "tokens_per_day", "tokens_per_month")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=os.environ.get("TIDEGATE_URL", "http://127.0.0.1:8000"),
+                        help="the gateway's root URL (env TIDEGATE_URL)")
+    parser.add_argument("--admin-key", default=os.environ.get("TIDEGATE_ADMIN_KEY"),
+                        help="the admin key (env TIDEGATE_ADMIN_KEY; else the config's admin_key)")
+    sub = parser.add_subparsers(dest="resource", metavar="RESOURCE", required=True)
+
+    accounts = sub.add_parser("accounts").add_subparsers(dest="action", required=True)
+    _quota_flags(_named(accounts.add_parser("create"), "name"))
+    accounts.add_parser("list")
+    _quota_flags(_named(accounts.add_parser("update"), "id", "--name"))
+
+    subs = sub.add_parser("sub-accounts").add_subparsers(dest="action", required=True)
+    _quota_flags(_named(subs.add_parser("create"), "account_id", "name"))
+    _named(subs.add_parser("list"), "account_id")
+    _quota_flags(_named(subs.add_parser("update"), "id", "--name"))
+
+    keys = sub.add_parser("keys").add_subparsers(dest="action", required=True)
+    create = _quota_flags(keys.add_parser("create", help="prints the secret once"))
+    owner = create.add_mutually_exclusive_group(required=True)
+    owner.add_argument("--account-id")
+    owner.add_argument("--sub-account-id")
+    _key_fields(create)
+    listing = keys.add_parser("list")
+    listing.add_argument("--account-id")
+    listing.add_argument("--sub-account-id")
+    _key_fields(_quota_flags(_named(keys.add_parser("update"), "id")))
+    _named(keys.add_parser("revoke"), "id")
+
+    usage = sub.add_parser("usage", help="tokens and requests, filtered")
+    for name in ("--account-id", "--sub-account-id", "--key-id", "--model", "--start", "--end"):
+        usage.add_argument(name)
+    usage.add_argument("--granularity", choices=["hour", "day"])
+    sub.add_parser("channels", help="health, breaker state and in-flight per channel and model")
+
+
+def _named(parser: argparse.ArgumentParser, *names: str) -> argparse.ArgumentParser:
+    for name in names:
+        parser.add_argument(name)
+    return parser
+
+
+def _quota_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    for name in QUOTA_FLAGS:
+        parser.add_argument("--" + name.replace("_", "-"), type=int, dest=name)
+    return parser
+
+
+def _key_fields(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--name")
+    parser.add_argument("--models", help="comma-separated model names the key may use")
+    parser.add_argument("--priority-class")
+    parser.add_argument("--expires-at", help="ISO 8601 time")
+
+
+def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None, dict[str, str]]:
+    """(method, path, JSON body, query) for the parsed command."""
+    resource, action = args.resource, getattr(args, "action", None)
+    quota = {name: getattr(args, name) for name in QUOTA_FLAGS if getattr(args, name, None) is not None}
+    fields = {name: getattr(args, name) for name in ("name", "priority_class", "expires_at")
+              if getattr(args, name, None) is not None}
+    if getattr(args, "models", None) is not None:
+        fields["models"] = [m for m in args.models.split(",") if m]
+    if quota:
+        fields["quota"] = quota
+    if resource == "channels":
+        return "GET", "/admin/channels", None, {}
+    if resource == "usage":
+        names = ("account_id", "sub_account_id", "key_id", "model", "start", "end", "granularity")
+        return "GET", "/admin/usage", None, {n: getattr(args, n) for n in names if getattr(args, n)}
+    if action == "list":
+        if resource == "sub-accounts":
+            return "GET", f"/admin/accounts/{args.account_id}/sub-accounts", None, {}
+        query = {n: getattr(args, n) for n in ("account_id", "sub_account_id") if getattr(args, n, None)}
+        return "GET", f"/admin/{resource}", None, query
+    if action == "update":
+        return "PATCH", f"/admin/{resource}/{args.id}", fields, {}
+    if action == "revoke":
+        return "DELETE", f"/admin/keys/{args.id}", None, {}
+    if resource == "sub-accounts":
+        return "POST", f"/admin/accounts/{args.account_id}/sub-accounts", fields, {}
+    if resource == "keys":
+        owner = {"sub_account_id": args.sub_account_id} if args.sub_account_id else {"account_id": args.account_id}
+        return "POST", "/admin/keys", {**owner, **fields}, {}
+    return "POST", "/admin/accounts", fields, {}
+
+
+def main(args: argparse.Namespace) -> int:
+    admin_key = args.admin_key or args.settings.gateway.admin_key
+    if not admin_key:
+        print("tidegate admin: no admin key (--admin-key, TIDEGATE_ADMIN_KEY or admin_key)", file=sys.stderr)
+        return 2
+    method, path, body, query = request_for(args)
+    try:
+        response = httpx.request(method, args.url.rstrip("/") + path, json=body, params=query,
+                                 headers={"authorization": f"Bearer {admin_key}"}, timeout=30)
+    except httpx.HTTPError as exc:
+        print(f"tidegate admin: cannot reach {args.url}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        shown: Any = response.json()
+    except ValueError:
+        shown = response.text
+    print(json.dumps(shown, indent=2) if not isinstance(shown, str) else shown)
+    return 0 if response.is_success else 1
