@@ -15,6 +15,7 @@ const state = {
   keys: [],
   liveSamples: new Map(), // entity id -> [{t, requests, tokens}] cumulative totals, for rates by difference
   liveSince: null,
+  liveOpenedAt: 0,
   timer: null,
 };
 
@@ -165,7 +166,8 @@ async function openAccount(accountId) {
   if (!state.account) return;
   state.liveSamples.clear();
   // Live rates difference cumulative totals from a fixed start: the top of the hour the account was opened.
-  state.liveSince = new Date(Math.floor(Date.now() / 3600000) * 3600000).toISOString();
+  state.liveOpenedAt = Date.now();
+  state.liveSince = new Date(Math.floor(state.liveOpenedAt / 3600000) * 3600000).toISOString();
   $("#account-detail").hidden = false;
   $("#account-name").textContent = state.account.name;
   await refreshAccountDetail();
@@ -367,18 +369,22 @@ function lineChart(times, series) {
 
 // ---- live RPM and TPM against quotas -------------------------------------------------------------------------
 
-// Rates are differences of cumulative usage between polls, so they work at the ledger's hourly granularity.
-function liveRate(id, totals) {
+// RPM and TPM are what the ledger counted over the trailing minute: the difference between the cumulative
+// totals now and at the newest poll at least 60 s old (or the first poll, in the first minute). No
+// extrapolation: 3 requests in the first 5 s read as 3, not 36.
+function liveRate(id, createdAt, totals) {
   const now = Date.now();
-  const samples = (state.liveSamples.get(id) ?? []).filter((s) => now - s.t <= LIVE_WINDOW_MS);
+  let samples = state.liveSamples.get(id);
+  if (!samples) {
+    // Something created after the account was opened had no usage before it existed.
+    const born = Date.parse(createdAt);
+    samples = born > state.liveOpenedAt ? [{ t: born, requests: 0, tokens: 0 }] : [];
+  }
+  while (samples.length > 1 && now - samples[1].t >= LIVE_WINDOW_MS) samples.shift();
   samples.push({ t: now, ...totals });
   state.liveSamples.set(id, samples);
   const first = samples[0];
-  const minutes = Math.max((now - first.t) / 60000, POLL_MS / 60000);
-  return {
-    rpm: Math.round((totals.requests - first.requests) / minutes),
-    tpm: Math.round((totals.tokens - first.tokens) / minutes),
-  };
+  return { rpm: totals.requests - first.requests, tpm: totals.tokens - first.tokens };
 }
 
 function meter(value, limit) {
@@ -404,7 +410,7 @@ async function refreshLive() {
     ...state.keys.filter((k) => keyState(k) === "active").map((k) => ["key", k, (r) => r.key_id === k.id]),
   ];
   fillRows($("#live-table"), levels.map(([level, entity, match]) => {
-    const rate = liveRate(`${level}:${entity.id}`, sum(match));
+    const rate = liveRate(`${level}:${entity.id}`, entity.created_at, sum(match));
     return el("tr", { "data-id": entity.id },
       el("td", {}, level), el("td", {}, entity.name || entity.id),
       el("td", { class: "rpm" }, meter(rate.rpm, entity.quota?.rpm)),
@@ -422,17 +428,19 @@ function millis(value) {
   return value === undefined || value === null ? "" : `${Math.round(Number(value))} ms`;
 }
 
+// One row per (channel, model): breakers and error rates are kept per pair, health and in-flight per channel.
 async function refreshChannels() {
   const channels = listOf(await api("GET", "/admin/channels"));
-  fillRows($("#channels-table"), channels.map((c) => {
-    const health = c.healthy === undefined ? (c.health ?? "") : (c.healthy ? "ok" : "bad");
-    const breaker = c.breaker_state ?? c.breaker ?? c.state ?? "";
-    return el("tr", { "data-channel": c.channel ?? c.name, "data-model": c.model ?? "" },
-      el("td", {}, c.channel ?? c.name), el("td", {}, c.model ?? ""),
-      el("td", { class: `state-${health}` }, health), el("td", { class: `state-${breaker}` }, breaker),
-      el("td", {}, formatNumber(c.in_flight)), el("td", {}, percent(c.error_rate)),
-      el("td", {}, millis(c.latency_ms ?? c.p50_latency_ms)));
-  }));
+  fillRows($("#channels-table"), channels.flatMap((c) => Object.entries(c.models ?? {}).map(([model, m]) => {
+    const health = c.healthy ? "ok" : "bad";
+    return el("tr", { "data-channel": c.name, "data-model": model },
+      el("td", {}, c.name), el("td", {}, model),
+      el("td", { class: `health state-${health}` }, health),
+      el("td", { class: `breaker state-${m.breaker}` }, m.breaker),
+      el("td", {}, formatNumber(c.in_flight)), el("td", {}, percent(m.error_rate)),
+      el("td", {}, `${formatNumber(m.attempts)} / ${formatNumber(m.failures)}`),
+      el("td", {}, millis(m.latency_ms)));
+  })));
 }
 
 async function poll() {
