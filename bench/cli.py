@@ -132,8 +132,9 @@ def _run(args: argparse.Namespace, slo: Slo | None) -> list[dict[str, Any]]:
                 for level in levels]
     tokenizer = _tokenizer(args)  # after every flag is checked: loading takes a second
     summaries = []
-    for profile in profiles:
-        workload = Workload(spec, tokenizer, args.seed)  # the same prompts at every level
+    for level_index, profile in enumerate(profiles):
+        # fresh prompts at each level: repeating them would hit the server's prefix cache
+        workload = Workload(spec, tokenizer, args.seed + level_index)
         label = f"c={profile.concurrency}" if profile.rate is None else f"rate={profile.rate:g}"
         progress = Progress(label, num_requests, args.duration) if args.progress else None
         result = asyncio.run(LoadGenerator(target, workload, profile, progress).run())
