@@ -8,6 +8,7 @@ import os
 from collections.abc import AsyncIterator
 
 import httpx
+import redis.asyncio as redis
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -15,6 +16,7 @@ from starlette.routing import BaseRoute, Route
 
 from config import GatewaySettings
 from gateway.admin_api import AdminApi
+from gateway.breaker_sync import BreakerSync
 from gateway.channels import ChannelState, HealthChecker
 from gateway.console import console_routes
 from gateway.errors import ApiError
@@ -43,9 +45,20 @@ class Gateway:
         self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics)
         self.admin = AdminApi(quota, self.router, settings.admin_key)
         self.health = HealthChecker(channels, settings.health_check_interval, self.http)
+        self.breaker_sync = None
+        if settings.redis_url:
+            client = redis.from_url(settings.redis_url, socket_timeout=settings.redis_timeout)
+            self.breaker_sync = BreakerSync(client, channels, settings.breaker.cooldown)
+
+    def start(self) -> None:
+        self.health.start()
+        if self.breaker_sync is not None:
+            self.breaker_sync.start()
 
     async def close(self) -> None:
         await self.health.stop()
+        if self.breaker_sync is not None:
+            await self.breaker_sync.stop()
         await self.http.aclose()
         await self.quota.close()
 
@@ -78,7 +91,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
         gateway = Gateway(settings, await open_store(settings))
         app.state.gateway = gateway
         app.router.routes.extend(gateway.routes())
-        gateway.health.start()
+        gateway.start()
         try:
             yield
         finally:

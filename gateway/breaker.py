@@ -32,6 +32,7 @@ class CircuitBreaker:
         self._opened_at = 0.0
         self._probe_in_flight = False
         self.opened_count = 0
+        self.opened_wall = 0.0  # time.time() of the last opening, for replicas sharing breaker state
 
     @property
     def state(self) -> BreakerState:
@@ -81,11 +82,12 @@ class CircuitBreaker:
             return 0.0
         return sum(1 for _, ok in self._outcomes if not ok) / len(self._outcomes)
 
-    def force_open(self, opened_at_wall: float) -> None:
-        """Adopt an open state another replica published (wall-clock time of opening)."""
-        age = max(0.0, time.time() - opened_at_wall)
-        if self._state is BreakerState.closed:
-            self._open(self._clock() - age)
+    def adopt_open(self, opened_wall: float) -> bool:
+        """Take on an opening another replica published; False when this breaker already knew of it."""
+        if self._state is not BreakerState.closed or opened_wall <= self.opened_wall:
+            return False
+        self._open(self._clock() - max(0.0, time.time() - opened_wall))
+        return True
 
     def _should_open(self) -> bool:
         s = self._settings
@@ -96,6 +98,7 @@ class CircuitBreaker:
     def _open(self, now: float) -> None:
         self._state = BreakerState.open
         self._opened_at = now
+        self.opened_wall = time.time() - (self._clock() - now)
         self.opened_count += 1
 
     def _close(self) -> None:
