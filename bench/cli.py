@@ -105,6 +105,9 @@ def main(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"tidegate bench: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("\ntidegate bench: interrupted; nothing written", file=sys.stderr)
+        return 130
     try:
         status = _plan(args, summaries, slo) if args.plan else 0
     except PlanError as exc:

@@ -69,7 +69,8 @@ class Progress:
 
     def _draw(self, final: bool = False) -> None:
         if self.tty:
-            self.stream.write("\r" + self.line() + ("\n" if final else ""))
+            # padded so a shorter line fully covers the one it redraws
+            self.stream.write("\r" + self.line().ljust(100) + ("\n" if final else ""))
         else:
             self.stream.write(self.line() + "\n")
         self.stream.flush()
