@@ -1,7 +1,7 @@
 """Rate-limit algorithms (token bucket, sliding and fixed windows, concurrency leases), in memory and in Redis."""
 
 from limiter.leases import LeaseSet
-from limiter.lua import compose
+from limiter.lua import compose, libraries
 from limiter.redis_limiter import RedisLimiter
 from limiter.token_bucket import BucketTake, TokenBucket
 from limiter.windows import FixedWindow, SlidingWindow, WindowCheck
@@ -15,4 +15,5 @@ __all__ = [
     "TokenBucket",
     "WindowCheck",
     "compose",
+    "libraries",
 ]

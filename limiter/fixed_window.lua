@@ -7,6 +7,8 @@ end
 local function fw_add(key, field, delta, stale_field, ttl)
   local value = redis.call('HINCRBY', key, field, delta)
   if value < 0 then redis.call('HSET', key, field, 0) end
-  redis.call('HDEL', key, stale_field)
-  redis.call('EXPIRE', key, ttl)
+  if value == delta then  -- a new period: forget an old one and keep the hash as long as this one
+    redis.call('HDEL', key, stale_field)
+    redis.call('EXPIRE', key, ttl)
+  end
 end

@@ -14,8 +14,11 @@ def read_lua(package: str, name: str) -> str:
     return resources.files(package).joinpath(f"{name}.lua").read_text()
 
 
+def libraries() -> str:
+    """Every limiter library, ready to have an entry script appended."""
+    return "\n".join(read_lua("limiter", lib) for lib in LIBRARIES)
+
+
 def compose(package: str, entry: str) -> str:
     """The full text of script `entry` of `package`, preceded by every limiter library."""
-    parts = [read_lua("limiter", lib) for lib in LIBRARIES]
-    parts.append(read_lua(package, entry))
-    return "\n".join(parts)
+    return libraries() + "\n" + read_lua(package, entry)

@@ -36,8 +36,8 @@ local function sw_reset_ms(live, sec, slots, now_ms)
 end
 
 local function sw_add(key, sec, cost, slots)
-  redis.call('HINCRBY', key, sec, cost)
-  redis.call('EXPIRE', key, slots * 2)
+  -- Only a new slot moves the expiry: the key outlives its newest slot by one window.
+  if redis.call('HINCRBY', key, sec, cost) == cost then redis.call('EXPIRE', key, slots * 2) end
 end
 
 -- Corrects a slot still inside the window by `delta` (negative refunds), never below zero.

@@ -34,7 +34,7 @@ def reservation_id(request_id: str) -> str:
 
 @dataclass(slots=True)
 class Charge:
-    """One level that an admission must pass and charge."""
+    """One level that an admission must pass and charge; a key's charges run key first, account last."""
 
     level: Level
     id: str
@@ -59,8 +59,9 @@ class _Tightest:
     reset: float | None = None
 
     def offer(self, limit: int, remaining: int, reset: float) -> None:
+        remaining = max(remaining, 0)
         if self.remaining is None or remaining < self.remaining:
-            self.limit, self.remaining, self.reset = limit, max(remaining, 0), reset
+            self.limit, self.remaining, self.reset = limit, remaining, reset
 
 
 class LocalAdmission:
@@ -162,7 +163,7 @@ class LocalAdmission:
     def renew(self, reservation: Reservation) -> None:
         with self._lock:
             now = self._clock()
-            for level, level_id in _levels_of(reservation):
+            for level, level_id in reservation.levels():
                 counters = self._levels.get((level, level_id))
                 if counters is not None and level in reservation.lease_levels:
                     counters.leases.renew(reservation.id, now, self.lease_ttl)
@@ -183,7 +184,7 @@ class LocalAdmission:
                     self._open[reservation.id] = reservation
                     raise
             delta = total_tokens - reservation.estimated_tokens
-            for level, level_id in _levels_of(reservation):
+            for level, level_id in reservation.levels():
                 counters = self._levels.get((level, level_id))
                 if counters is None:
                     continue
@@ -201,9 +202,3 @@ class LocalAdmission:
 def _id_at(charges: list[Charge], level: Level) -> str | None:
     return next((c.id for c in charges if c.level is level), None)
 
-
-def _levels_of(reservation: Reservation) -> list[tuple[Level, str]]:
-    levels = [(Level.key, reservation.key_id), (Level.account, reservation.account_id)]
-    if reservation.sub_account_id is not None:
-        levels.append((Level.sub_account, reservation.sub_account_id))
-    return levels

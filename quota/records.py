@@ -164,7 +164,13 @@ class Reservation:
     month: int  # year * 12 + month - 1
     tpm_levels: tuple[Level, ...] = ()  # levels whose token window holds the estimate
     lease_levels: tuple[Level, ...] = ()  # levels holding a concurrency lease
+    budget_levels: tuple[Level, ...] = ()  # levels whose day and month budgets count the estimate
     local: bool = False  # admitted by the in-process fallback while Redis was down
+
+    def levels(self) -> list[tuple[Level, str]]:
+        """The charged levels, key first and account last."""
+        middle = [(Level.sub_account, self.sub_account_id)] if self.sub_account_id is not None else []
+        return [(Level.key, self.key_id), *middle, (Level.account, self.account_id)]
 
 
 @dataclass(slots=True)

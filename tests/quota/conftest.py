@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from config.stores import StoreSettings
 from quota import KeyInfo, QuotaService, open_store
-from tests.servers import RedisServer
+from tests.servers import RedisServer, wait_for_port
 
-STORES = ["embedded"]
+STORES = ["embedded", "redis"]
+TEST_REDIS_TIMEOUT = 3.0
 
 
 def store_settings(kind: str, tmp_path: Path, redis_server: RedisServer | None, **extra: Any) -> StoreSettings:
     url = redis_server.url if kind == "redis" and redis_server is not None else None
+    # A shared 2-core test machine can stall a loopback reply past the 0.5 s production default.
+    extra.setdefault("redis_timeout", TEST_REDIS_TIMEOUT)
     return StoreSettings(data_dir=tmp_path / "data", redis_url=url, **extra)
 
 
@@ -66,3 +73,28 @@ async def make_tenant(service: QuotaService, *, keys: int = 1, account: dict[str
         infos.append(auth.key)
         secrets.append(created.secret)
     return Tenant(acct.id, sub_id, infos, secrets)
+
+
+def make_durable(server: RedisServer) -> None:
+    """Turns on fsync-always AOF at runtime, so that a killed server comes back with every write."""
+    client = redis.Redis.from_url(server.url)
+    client.config_set("appendonly", "yes")
+    client.config_set("appendfsync", "always")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        info = client.info("persistence")
+        if info["aof_enabled"] and not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"]:
+            break
+        time.sleep(0.05)
+    client.close()
+
+
+def restart_durable(server: RedisServer) -> None:
+    """Starts redis-server again on the same port and folder, loading the AOF that make_durable began."""
+    server.proc = subprocess.Popen(
+        [shutil.which("redis-server") or "redis-server", "--port", str(server.port), "--bind", "127.0.0.1",
+         "--dir", str(server.workdir), "--save", "", "--appendonly", "yes", "--appendfsync", "always",
+         "--loglevel", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    wait_for_port(server.port)

@@ -1,0 +1,143 @@
+"""Tenancy records and the usage ledger in Redis, shared by every gateway replica."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from redis.asyncio import Redis
+
+from quota import redis_keys as rk
+from quota.catalog import UsageQuery
+from quota.records import Account, ApiKey, Level, Quota, SubAccount, UsageRow, from_json, to_json
+
+LEDGER_SEPARATOR = "|"
+
+
+def ledger_field(key_id: str, sub_account_id: str | None, model: str) -> str:
+    return LEDGER_SEPARATOR.join((key_id, sub_account_id or "-", model))
+
+
+class RedisCatalog:
+    def __init__(self, client: Redis) -> None:
+        self._r = client
+
+    async def _put(self, key: str, record: Account | SubAccount | ApiKey, quota_key: str, index: str,
+                   member: str) -> None:
+        async with self._r.pipeline(transaction=True) as pipe:
+            pipe.set(key, json.dumps(to_json(record)))
+            _write_quota(pipe, quota_key, record.quota)
+            pipe.sadd(index, member)
+            await pipe.execute()
+
+    async def _members(self, key: str) -> list[str]:
+        return sorted(str(m) for m in await self._r.smembers(key))
+
+    async def _get(self, key: str) -> str | None:
+        value = await self._r.get(key)
+        return None if value is None else str(value)
+
+    async def put_account(self, account: Account) -> None:
+        quota_key = rk.level_keys(account.id, Level.account, account.id)[0]
+        await self._put(rk.account_key(account.id), account, quota_key, rk.ACCOUNTS, account.id)
+
+    async def get_account(self, account_id: str) -> Account | None:
+        raw = await self._get(rk.account_key(account_id))
+        return None if raw is None else from_json(Account, json.loads(raw))
+
+    async def list_accounts(self) -> list[Account]:
+        ids = await self._members(rk.ACCOUNTS)
+        return [a for a in [await self.get_account(i) for i in ids] if a is not None]
+
+    async def put_sub_account(self, sub: SubAccount) -> None:
+        quota_key = rk.level_keys(sub.account_id, Level.sub_account, sub.id)[0]
+        await self._put(rk.sub_account_key(sub.id), sub, quota_key, rk.subs_of(sub.account_id), sub.id)
+
+    async def get_sub_account(self, sub_id: str) -> SubAccount | None:
+        raw = await self._get(rk.sub_account_key(sub_id))
+        return None if raw is None else from_json(SubAccount, json.loads(raw))
+
+    async def list_sub_accounts(self, account_id: str) -> list[SubAccount]:
+        ids = await self._members(rk.subs_of(account_id))
+        return [s for s in [await self.get_sub_account(i) for i in ids] if s is not None]
+
+    async def put_key(self, key: ApiKey, secret_hash: str | None = None) -> None:
+        if secret_hash is None:
+            secret_hash = await self._get(rk.key_hash_key(key.id))
+            if secret_hash is None:
+                raise KeyError(key.id)
+        else:
+            await self._r.set(rk.key_hash_key(key.id), secret_hash)
+        quota_key = rk.level_keys(key.account_id, Level.key, key.id)[0]
+        await self._put(rk.auth_key(secret_hash), key, quota_key, rk.keys_of(key.account_id), key.id)
+
+    async def get_key(self, key_id: str) -> ApiKey | None:
+        secret_hash = await self._get(rk.key_hash_key(key_id))
+        return None if secret_hash is None else await self.key_by_hash(secret_hash)
+
+    async def key_by_hash(self, secret_hash: str) -> ApiKey | None:
+        raw = await self._get(rk.auth_key(secret_hash))
+        return None if raw is None else from_json(ApiKey, json.loads(raw))
+
+    async def list_keys(self, account_id: str | None, sub_account_id: str | None) -> list[ApiKey]:
+        accounts = [account_id] if account_id else await self._members(rk.ACCOUNTS)
+        keys = []
+        for acct in accounts:
+            for key_id in await self._members(rk.keys_of(acct)):
+                key = await self.get_key(key_id)
+                if key is not None and (sub_account_id is None or key.sub_account_id == sub_account_id):
+                    keys.append(key)
+        return keys
+
+    async def _accounts_for(self, query: UsageQuery) -> list[str]:
+        if query.account_id:
+            return [query.account_id]
+        if query.sub_account_id:
+            sub = await self.get_sub_account(query.sub_account_id)
+            return [sub.account_id] if sub else []
+        if query.key_id:
+            key = await self.get_key(query.key_id)
+            return [key.account_id] if key else []
+        return await self._members(rk.ACCOUNTS)
+
+    async def usage(self, query: UsageQuery) -> list[UsageRow]:
+        first, last = query.period_bounds()
+        size = 3600 if query.granularity == "hour" else 86400
+        rows: list[UsageRow] = []
+        for acct in await self._accounts_for(query):
+            periods = [int(str(p)) for p in await self._r.zrangebyscore(rk.ledger_index(acct, query.granularity),
+                                                  "-inf" if first is None else first,
+                                                  "+inf" if last is None else f"({last}")]
+            async with self._r.pipeline(transaction=False) as pipe:
+                for period in periods:
+                    pipe.hgetall(rk.ledger_key(acct, query.granularity, period))
+                hashes = await pipe.execute()
+            for period, fields in zip(periods, hashes, strict=True):
+                start = datetime.fromtimestamp(period * size, UTC)
+                rows.extend(r for r in _ledger_rows(start, acct, fields) if query.matches(r))
+        return rows
+
+
+def _ledger_rows(start: datetime, account_id: str, fields: dict[str, str]) -> list[UsageRow]:
+    rows: dict[str, UsageRow] = {}
+    for name, value in fields.items():
+        group, kind = name.rsplit(LEDGER_SEPARATOR, 1)
+        row = rows.get(group)
+        if row is None:
+            key_id, sub_id, model = group.split(LEDGER_SEPARATOR, 2)
+            row = rows[group] = UsageRow(start, account_id, None if sub_id == "-" else sub_id, key_id, model,
+                                         0, 0, 0)
+        if kind == "p":
+            row.prompt_tokens = int(value)
+        elif kind == "c":
+            row.completion_tokens = int(value)
+        else:
+            row.requests = int(value)
+    return sorted(rows.values(), key=lambda r: (r.key_id, r.model))
+
+
+def _write_quota(pipe: object, quota_key: str, quota: Quota) -> None:
+    """The admit script reads limits from this hash; an absent field is unlimited."""
+    pipe.delete(quota_key)  # type: ignore[attr-defined]
+    if quota.to_dict():
+        pipe.hset(quota_key, mapping=quota.to_dict())  # type: ignore[attr-defined]

@@ -1,0 +1,27 @@
+"""What each limit class becomes while Redis is out of reach (config/stores.py RedisDownPolicy)."""
+
+from __future__ import annotations
+
+from config.stores import OnRedisDown, RedisDownPolicy
+from quota.records import Quota
+
+FIELD_CLASS = {"rpm": "rate_limits", "tpm": "rate_limits", "max_concurrency": "concurrency",
+               "tokens_per_day": "budgets", "tokens_per_month": "budgets"}
+
+
+def local_quota(quota: Quota, policy: RedisDownPolicy, replicas: int) -> Quota | None:
+    """The quota this replica enforces alone, or None when a fail-closed limit class is set on it.
+
+    `local` splits a limit evenly over the replicas, so that together they stay within it.
+    """
+    values: dict[str, int | None] = {}
+    for name, limit_class in FIELD_CLASS.items():
+        value = getattr(quota, name)
+        action = getattr(policy, limit_class)
+        if value is None or action == OnRedisDown.fail_open:
+            values[name] = None
+        elif action == OnRedisDown.fail_closed:
+            return None
+        else:
+            values[name] = value // replicas
+    return Quota(**values)

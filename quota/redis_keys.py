@@ -1,0 +1,58 @@
+"""Where the Redis store keeps things. Per-account state carries the hash tag `{acct:<id>}`, so one
+admission or settlement script touches one Cluster slot; tenancy records are single-key values."""
+
+from __future__ import annotations
+
+from quota.records import Level
+
+SHORT = {Level.key: "k", Level.sub_account: "s", Level.account: "a"}
+
+
+def tag(account_id: str) -> str:
+    return f"tg:{{acct:{account_id}}}"
+
+
+def level_keys(account_id: str, level: Level, level_id: str) -> list[str]:
+    """Quota hash, request window, token window, budget hash, lease set: the admit script's five keys."""
+    base = f"{tag(account_id)}:{SHORT[level]}:{level_id}"
+    return [f"{base}:quota", f"{base}:rpm", f"{base}:tpm", f"{base}:budget", f"{base}:leases"]
+
+
+def settled_key(account_id: str, reservation_id: str) -> str:
+    return f"{tag(account_id)}:settled:{reservation_id}"
+
+
+def ledger_key(account_id: str, granularity: str, period: int) -> str:
+    return f"{tag(account_id)}:usage:{granularity}:{period}"
+
+
+def ledger_index(account_id: str, granularity: str) -> str:
+    """A sorted set of the periods that hold usage, so that a range query reads only those."""
+    return f"{tag(account_id)}:usage:{granularity}s"
+
+
+def account_key(account_id: str) -> str:
+    return f"tg:account:{account_id}"
+
+
+def sub_account_key(sub_id: str) -> str:
+    return f"tg:sub:{sub_id}"
+
+
+def key_hash_key(key_id: str) -> str:
+    return f"tg:key:{key_id}"
+
+
+def auth_key(secret_hash: str) -> str:
+    return f"tg:auth:{secret_hash}"
+
+
+ACCOUNTS = "tg:accounts"
+
+
+def subs_of(account_id: str) -> str:
+    return f"tg:account:{account_id}:subs"
+
+
+def keys_of(account_id: str) -> str:
+    return f"tg:account:{account_id}:keys"

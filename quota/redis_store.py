@@ -1,0 +1,274 @@
+"""The Redis store: every counter, record and ledger row in Redis, shared by all gateway replicas.
+
+While Redis is out of reach, each limit class follows StoreSettings.redis_down; admissions made
+locally meanwhile, and settlements that could not be written, are replayed once Redis is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from config.stores import OnRedisDown, StoreSettings
+from limiter import compose
+from quota import redis_keys as rk
+from quota.admin import QuotaAdmin
+from quota.local_admission import Charge, LocalAdmission, reservation_id
+from quota.records import Admission, ApiKey, KeyInfo, Level, LimitName, Quota, RateInfo, Reservation
+from quota.redis_catalog import RedisCatalog, ledger_field
+from quota.redis_down import local_quota
+from quota.script_batch import ScriptBatcher
+from quota.service import QuotaService, StoreUnavailable
+
+REDIS_DOWN = (RedisError, OSError, asyncio.TimeoutError)
+LIMIT_CODES = [LimitName.rpm, LimitName.tpm, LimitName.concurrency, LimitName.tokens_per_day,
+               LimitName.tokens_per_month]
+POOL_SIZE = 16
+POOL_WAIT = 5.0  # waiting for a free connection is queueing, not an outage
+MAX_PENDING = 1_000_000  # settlements waiting for Redis; beyond this the oldest are dropped
+
+
+@dataclass(slots=True)
+class _KeyPlan:
+    """A key's levels and the admit script's keys for them, built once per key."""
+
+    levels: list[tuple[Level, str]]
+    keys: list[str]
+    raw_quotas: list[int] | None = None
+    charges: list[Charge] | None = None
+
+
+@dataclass(slots=True)
+class _Settlement:
+    reservation: Reservation
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class RedisQuotaService(QuotaService):
+    def __init__(self, settings: StoreSettings, client: Redis) -> None:
+        super().__init__(settings.auth_cache_ttl)
+        self._settings = settings
+        self._r = client
+        self._catalog = RedisCatalog(client)
+        self.admin = QuotaAdmin(self._catalog, on_change=self._forget_cached)
+        self._admit = client.register_script(compose("quota", "admit"))
+        self._settle = client.register_script(compose("quota", "settle"))
+        self._renew = client.register_script(compose("limiter", "renew_lease"))
+        self._batch = ScriptBatcher(client)
+        self._local = LocalAdmission(settings.lease_ttl)
+        self._plans: dict[str, _KeyPlan] = {}
+        self._known_keys: dict[str, ApiKey] = {}  # last answer per secret hash, for a non-closed auth policy
+        self._pending: deque[_Settlement] = deque(maxlen=MAX_PENDING)
+        self._down_since: float | None = None
+        self._last_try = 0.0
+        self._flush: asyncio.Task[int] | None = None
+
+    @classmethod
+    async def open(cls, settings: StoreSettings) -> RedisQuotaService:
+        assert settings.redis_url
+        # A bounded pool: a burst of admissions queues for a connection instead of opening thousands.
+        pool = BlockingConnectionPool.from_url(
+            settings.redis_url, max_connections=POOL_SIZE, timeout=POOL_WAIT, decode_responses=True,
+            socket_timeout=settings.redis_timeout, socket_connect_timeout=settings.redis_timeout,
+        )
+        client = Redis(connection_pool=pool, retry=Retry(NoBackoff(), 0))
+        return cls(settings, client)
+
+    @property
+    def degraded(self) -> bool:
+        return self._down_since is not None
+
+    def _mark_down(self) -> None:
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+        self._last_try = time.monotonic()
+
+    def _mark_up(self) -> None:
+        if self._down_since is not None:
+            self._down_since = None
+            if self._pending and (self._flush is None or self._flush.done()):
+                self._flush = asyncio.create_task(self.flush_pending())
+
+    def _may_try(self) -> bool:
+        """While down, one call per retry interval tries Redis; the rest go straight to the fallback."""
+        if self._down_since is None:
+            return True
+        if time.monotonic() - self._last_try >= self._settings.redis_retry_interval:
+            self._last_try = time.monotonic()
+            return True
+        return False
+
+    async def _lookup_key(self, secret_hash: str) -> ApiKey | None:
+        if self._may_try():
+            try:
+                key = await self._catalog.key_by_hash(secret_hash)
+            except REDIS_DOWN:
+                self._mark_down()
+            else:
+                self._mark_up()
+                if key is not None:
+                    self._known_keys[secret_hash] = key
+                return key
+        known = self._known_keys.get(secret_hash)
+        if known is None or self._settings.redis_down.auth == OnRedisDown.fail_closed:
+            raise StoreUnavailable("redis is out of reach")
+        return known
+
+    def _plan(self, key: KeyInfo) -> _KeyPlan:
+        plan = self._plans.get(key.id)
+        if plan is None:
+            levels = [(Level.key, key.id)]
+            if key.sub_account_id is not None:
+                levels.append((Level.sub_account, key.sub_account_id))
+            levels.append((Level.account, key.account_id))
+            keys = [k for level, level_id in levels for k in rk.level_keys(key.account_id, level, level_id)]
+            plan = self._plans[key.id] = _KeyPlan(levels, keys)
+        return plan
+
+    async def admit(self, key: KeyInfo, *, model: str, estimated_tokens: int, request_id: str) -> Admission:
+        plan = self._plan(key)
+        if self._may_try():
+            member = reservation_id(request_id)
+            try:
+                reply = await self._batch.call(self._admit, plan.keys,
+                                               [estimated_tokens, int(self._settings.lease_ttl * 1000), member])
+            except REDIS_DOWN:
+                self._mark_down()
+            else:
+                self._mark_up()
+                return self._answer(plan, key, [int(v) for v in reply.split()], member, model, estimated_tokens, request_id)
+        return self._fallback(plan, key, model, estimated_tokens, request_id)
+
+    def _answer(self, plan: _KeyPlan, key: KeyInfo, reply: list[int], member: str, model: str,
+                estimated_tokens: int, request_id: str) -> Admission:
+        admitted, level, code, wait_ms, sec, day, month = reply[:7]
+        charges = _charges(plan, reply[13:])
+        rate = RateInfo(*_window(reply[7:10]), *_window(reply[10:13]))
+        if not admitted:
+            return Admission(False, None, plan.levels[level - 1][0], LIMIT_CODES[code - 1], wait_ms / 1000, rate)
+        reservation = Reservation(
+            id=member, request_id=request_id, key_id=key.id, sub_account_id=key.sub_account_id,
+            account_id=key.account_id, model=model, estimated_tokens=estimated_tokens, slot=sec, day=day,
+            month=month,
+            tpm_levels=tuple(c.level for c in charges if c.quota.tpm is not None),
+            lease_levels=tuple(c.level for c in charges if c.quota.max_concurrency is not None),
+            budget_levels=tuple(c.level for c in charges
+                                if c.quota.tokens_per_day is not None or c.quota.tokens_per_month is not None),
+        )
+        return Admission(True, reservation, rate=rate)
+
+    def _fallback(self, plan: _KeyPlan, key: KeyInfo, model: str, estimated_tokens: int,
+                  request_id: str) -> Admission:
+        policy, replicas = self._settings.redis_down, self._settings.gateway_replicas
+        if plan.charges is None:  # never saw this key's quotas: nothing safe to enforce
+            return Admission(False, degraded=True, unavailable=True)
+        charges = []
+        for charge in plan.charges:
+            quota = local_quota(charge.quota, policy, replicas)
+            if quota is None:
+                return Admission(False, degraded=True, unavailable=True)
+            charges.append(Charge(charge.level, charge.id, quota))
+        answer = self._local.admit(charges, key_id=key.id, model=model, estimated_tokens=estimated_tokens,
+                                   request_id=request_id)
+        answer.degraded = True
+        return answer
+
+    async def renew(self, reservation: Reservation) -> None:
+        if reservation.local:
+            self._local.renew(reservation)
+            return
+        if not reservation.lease_levels or not self._may_try():
+            return
+        keys = [rk.level_keys(reservation.account_id, level, level_id)[4]
+                for level, level_id in reservation.levels() if level in reservation.lease_levels]
+        try:
+            await self._batch.call(self._renew, keys, [reservation.id, int(self._settings.lease_ttl * 1000)])
+        except REDIS_DOWN:
+            self._mark_down()
+        else:
+            self._mark_up()
+
+    async def settle(self, reservation: Reservation, *, prompt_tokens: int, completion_tokens: int,
+                     model: str) -> None:
+        reservation = replace(reservation, model=model)
+        if reservation.local:
+            if not self._local.settle(reservation, prompt_tokens + completion_tokens):
+                return
+            # Redis's counters never held this estimate: replay only the ledger and the budgets.
+            budgets = tuple(level for level, _ in reservation.levels())
+            reservation = replace(reservation, estimated_tokens=0, tpm_levels=(), lease_levels=(),
+                                  budget_levels=budgets)
+        work = _Settlement(reservation, prompt_tokens, completion_tokens)
+        if self._pending or not self._may_try():
+            self._pending.append(work)
+            return
+        try:
+            await self._write(work)
+        except REDIS_DOWN:
+            self._mark_down()
+            self._pending.append(work)
+        else:
+            self._mark_up()
+
+    async def _write(self, work: _Settlement) -> None:
+        res = work.reservation
+        keys = [rk.settled_key(res.account_id, res.id),
+                rk.ledger_key(res.account_id, "hour", res.slot // 3600),
+                rk.ledger_key(res.account_id, "day", res.day),
+                rk.ledger_index(res.account_id, "hour"), rk.ledger_index(res.account_id, "day")]
+        args: list[str | int] = [res.id, res.slot, res.day, res.month, res.estimated_tokens, work.prompt_tokens,
+                                 work.completion_tokens, ledger_field(res.key_id, res.sub_account_id, res.model)]
+        for level, level_id in res.levels():
+            keys.extend(rk.level_keys(res.account_id, level, level_id)[2:5])
+            args.extend((int(level in res.tpm_levels), int(level in res.lease_levels),
+                         int(level in res.budget_levels)))
+        await self._batch.call(self._settle, keys, args)
+
+    async def flush_pending(self) -> int:
+        """Writes settlements that waited for Redis, oldest first; returns how many are still waiting."""
+        while self._pending:
+            try:
+                await self._write(self._pending[0])
+            except REDIS_DOWN:
+                self._mark_down()
+                break
+            self._pending.popleft()
+        return len(self._pending)
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    async def close(self) -> None:
+        if self._flush is not None:
+            with contextlib.suppress(asyncio.CancelledError, *REDIS_DOWN):
+                await self._flush
+        with contextlib.suppress(*REDIS_DOWN):
+            await self._r.aclose()
+
+
+def _opt(value: int) -> int | None:
+    return None if value < 0 else value
+
+
+def _window(limit_remaining_reset: list[int]) -> tuple[int | None, int | None, float | None]:
+    limit, remaining, reset_ms = limit_remaining_reset
+    return (None, None, None) if limit < 0 else (limit, remaining, reset_ms / 1000)
+
+
+def _charges(plan: _KeyPlan, raw: list[int]) -> list[Charge]:
+    """The quotas the script read, kept for the fallback; rebuilt only when they change."""
+    if plan.raw_quotas != raw or plan.charges is None:
+        plan.raw_quotas = list(raw)
+        plan.charges = [Charge(level, level_id, Quota(*(_opt(v) for v in raw[i * 5:i * 5 + 5])))
+                        for i, (level, level_id) in enumerate(plan.levels)]
+    return plan.charges

@@ -1,0 +1,31 @@
+-- Replaces a reservation's estimate with real usage, frees its leases and writes the ledger, once.
+-- KEYS: settled marker, ledger hour hash, ledger day hash, hour index, day index, then three per level:
+--   token window, budget hash, lease set.
+-- ARGV: lease member, second, day, month, estimate, prompt tokens, completion tokens, ledger field,
+--   then three per level: '1' when its token window holds the estimate, '1' when it holds a lease,
+--   '1' when its budgets count tokens.
+-- Reply: 1 when settled now, 0 when it was settled before.
+if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', 172800) then return 0 end
+local member, slot, day, month = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local prompt, completion = tonumber(ARGV[6]), tonumber(ARGV[7])
+local delta = prompt + completion - tonumber(ARGV[5])
+local sec = server_time()
+for i = 1, (#KEYS - 5) / 3 do
+  local base, flags = 5 + (i - 1) * 3, 8 + (i - 1) * 3
+  if ARGV[flags + 1] == '1' then sw_adjust(KEYS[base + 1], slot, delta, sec, 60) end
+  if ARGV[flags + 2] == '1' then redis.call('ZREM', KEYS[base + 3], member) end
+  if ARGV[flags + 3] == '1' then
+    fw_add(KEYS[base + 2], 'd' .. day, delta, 'd' .. (day - 3), 40 * 86400)
+    fw_add(KEYS[base + 2], 'm' .. month, delta, 'm' .. (month - 3), 40 * 86400)
+  end
+end
+local field = ARGV[8]
+for k = 2, 3 do
+  redis.call('HINCRBY', KEYS[k], field .. '|p', prompt)
+  redis.call('HINCRBY', KEYS[k], field .. '|c', completion)
+  redis.call('HINCRBY', KEYS[k], field .. '|n', 1)
+end
+local hour = math.floor(slot / 3600)
+redis.call('ZADD', KEYS[4], hour, hour)
+redis.call('ZADD', KEYS[5], day, day)
+return 1
