@@ -24,6 +24,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.priority import PriorityPools
 from gateway.proxy import Proxy
 from gateway.router import Router
+from gateway.tracing import setup_tracing
 from gateway.upstream import UpstreamClient
 from quota import QuotaService, open_store
 
@@ -42,7 +43,8 @@ class Gateway:
         self.pools = PriorityPools(settings.priority_classes, settings.default_priority_class)
         self.metrics = GatewayMetrics(self.router, self.pools, quota)
         upstream = UpstreamClient(self.router, settings.retries, self.http)
-        self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics)
+        self.tracing = setup_tracing(settings.tracing)
+        self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics, self.tracing)
         self.admin = AdminApi(quota, self.router, settings.admin_key)
         self.health = HealthChecker(channels, settings.health_check_interval, self.http)
         self.breaker_sync = None
@@ -61,6 +63,7 @@ class Gateway:
             await self.breaker_sync.stop()
         await self.http.aclose()
         await self.quota.close()
+        self.tracing.shutdown()
 
     async def health_route(self, request: Request) -> Response:
         healthy = sum(1 for c in self.router.channels if c.healthy)

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from gateway.metrics import GatewayMetrics
 from gateway.priority import PriorityPool
 from gateway.relay import Usage
+from gateway.tracing import NOOP_REQUEST, RequestTrace
 from quota import KeyInfo, QuotaService, Reservation
 
 access_log = logging.getLogger("tidegate.gateway.access")
@@ -46,8 +47,9 @@ class RequestRecord:
 
 class Exchange:
     def __init__(self, quota: QuotaService, metrics: GatewayMetrics, request_id: str, path: str,
-                 renew_interval: float):
+                 renew_interval: float, trace: RequestTrace = NOOP_REQUEST):
         self.record = RequestRecord(request_id, path)
+        self.trace = trace
         self.started = time.monotonic()
         self._quota = quota
         self._metrics = metrics
@@ -59,6 +61,7 @@ class Exchange:
 
     def identify(self, key: KeyInfo) -> None:
         self.record.key_id, self.record.account_id = key.id, key.account_id
+        self.trace.set_key(key.id, key.account_id, key.sub_account_id)
 
     def hold(self, reservation: Reservation) -> None:
         """Keep the reservation's concurrency lease alive until `end`."""
@@ -67,7 +70,8 @@ class Exchange:
 
     async def take_slot(self, pool: PriorityPool) -> None:
         queued = time.monotonic()
-        await pool.acquire()
+        with self.trace.queue_wait(pool.name):
+            await pool.acquire()
         self._pool = pool
         self.record.priority_class = pool.name
         self.record.queue_ms = round((time.monotonic() - queued) * 1000, 2)
@@ -86,6 +90,8 @@ class Exchange:
             self.record.prompt_tokens, self.record.completion_tokens = used.prompt_tokens, used.completion_tokens
             await self._quota.settle(self._reservation, prompt_tokens=used.prompt_tokens,
                                      completion_tokens=used.completion_tokens, model=self._reservation.model)
+        self.trace.set_usage(self.record.prompt_tokens, self.record.completion_tokens)
+        self.trace.end(status, None if outcome in ("ok", "refused") else outcome)
         elapsed = time.monotonic() - self.started
         self.record.duration_ms = round(elapsed * 1000, 2)
         self._metrics.observe(self.record.path, status, outcome, elapsed)

@@ -18,6 +18,7 @@ from gateway.openai_request import OpenAIRequest, parse, read_body
 from gateway.priority import PriorityPools
 from gateway.relay import StreamRelay, StreamResponse, Usage, rewrite_body
 from gateway.router import Router
+from gateway.tracing import Tracing
 from gateway.upstream import Answer, UpstreamClient, UpstreamRequest
 from quota import KeyInfo, QuotaService
 
@@ -26,32 +27,35 @@ class Proxy:
     """Serves the OpenAI routes; every request ends through its `Exchange`, exactly once."""
 
     def __init__(self, settings: GatewaySettings, quota: QuotaService, router: Router,
-                 upstream: UpstreamClient, pools: PriorityPools, metrics: GatewayMetrics):
+                 upstream: UpstreamClient, pools: PriorityPools, metrics: GatewayMetrics, tracing: Tracing):
         self.settings = settings
         self.quota = quota
         self.router = router
         self.upstream = upstream
         self.pools = pools
         self.metrics = metrics
+        self.tracing = tracing
         self._renew_interval = max(0.5, settings.lease_ttl / 3)
 
     async def completions(self, request: Request) -> Response:
         chat = request.url.path.endswith("/chat/completions")
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-        exchange = Exchange(self.quota, self.metrics, request_id, request.url.path, self._renew_interval)
+        trace = self.tracing.start_request("POST", request.url.path, request_id, request.headers)
+        exchange = Exchange(self.quota, self.metrics, request_id, request.url.path, self._renew_interval, trace)
         try:
             key = await authenticate(self.quota, request)
             exchange.identify(key)
             call = parse(await read_body(request, self.settings.max_body_bytes), chat=chat,
                          classes=set(self.pools.pools))
             exchange.record.model, exchange.record.stream = call.model, call.stream
+            trace.set_model(call.model)
             self._check_model(key, call.model)
             headers = await self._admit(exchange, key, call, request_id)
             await exchange.take_slot(self.pools.get(key.priority_class or call.priority_class))
             deadline = exchange.started + self.settings.timeouts.total
             answer = await self.upstream.call(UpstreamRequest(call.model, "/chat/completions" if chat
                                                               else "/completions", call.body, call.stream,
-                                                              deadline, request_id))
+                                                              deadline, request_id, trace))
         except ApiError as error:
             await exchange.end(error.status, "refused" if error.status < 500 else "failed")
             return error.response(request_id)
@@ -73,8 +77,12 @@ class Proxy:
                      request_id: str) -> dict[str, str]:
         prompt = estimate_prompt_tokens(call.body)
         estimate = prompt + max_output_tokens(call.body, self.settings.default_max_tokens)
-        admission = await self.quota.admit(key, model=call.model, estimated_tokens=estimate,
-                                           request_id=request_id)
+        with exchange.trace.admission() as span:
+            admission = await self.quota.admit(key, model=call.model, estimated_tokens=estimate,
+                                               request_id=request_id)
+            if not admission.admitted:
+                span.set_attribute("tidegate.refused_level", str(admission.refused_level))
+                span.set_attribute("tidegate.refused_limit", str(admission.refused_limit))
         exchange.record.degraded = admission.degraded
         exchange.record.prompt_tokens = prompt
         if not admission.admitted or admission.reservation is None:

@@ -24,6 +24,7 @@ from gateway.channels import ChannelState
 from gateway.errors import ApiError, gateway_timeout, retry_after_headers, unavailable
 from gateway.router import Router
 from gateway.sse import DONE, has_content, split_events
+from gateway.tracing import NOOP_REQUEST, RequestTrace
 
 
 class FailureKind(StrEnum):
@@ -53,6 +54,7 @@ class UpstreamRequest:
     stream: bool
     deadline: float  # time.monotonic() by which the whole request must end
     request_id: str = ""
+    trace: RequestTrace = NOOP_REQUEST
 
 
 @dataclass(slots=True)
@@ -107,11 +109,17 @@ class UpstreamClient:
             channel = self._router.pick(request.model, tried)
             if channel is None:
                 break
-            try:
-                return await self._attempt(channel, request, attempt + 1)
-            except AttemptFailed as failure:
-                last = failure
-                tried.add(channel.name)
+            headers: dict[str, str] = {}
+            upstream_model = channel.config.models.get(request.model, request.model)
+            with request.trace.upstream_attempt(channel.name, upstream_model, headers) as span:
+                try:
+                    answer = await self._attempt(channel, request, attempt + 1, headers)
+                    span.set_attribute("http.response.status_code", answer.status)
+                    return answer
+                except AttemptFailed as failure:
+                    span.set_attribute("error.type", failure.kind.value)
+                    last = failure
+                    tried.add(channel.name)
             if attempt + 1 == self._retries.max_attempts:
                 break
             wait = self._backoff(attempt, last, self._has_other(request.model, tried))
@@ -130,7 +138,8 @@ class UpstreamClient:
             return max(failure.retry_after, jitter)
         return jitter
 
-    async def _attempt(self, channel: ChannelState, request: UpstreamRequest, attempt: int) -> Answer:
+    async def _attempt(self, channel: ChannelState, request: UpstreamRequest, attempt: int,
+                       headers: dict[str, str]) -> Answer:
         timeouts = channel.timeouts
         remaining = request.deadline - time.monotonic()
         if remaining <= 0:
@@ -143,7 +152,8 @@ class UpstreamClient:
         failure: AttemptFailed
         try:
             async with asyncio.timeout(min(timeouts.first_token, remaining)):
-                response = await self._client.send(self._build(channel, request, upstream_model), stream=True)
+                response = await self._client.send(self._build(channel, request, upstream_model, headers),
+                                                 stream=True)
                 answer = Answer(channel, request.model, upstream_model, response.status_code, response, attempt)
                 await self._read_head(answer, request.stream)
                 return answer
@@ -166,13 +176,15 @@ class UpstreamClient:
         await _give_up(channel, request.model, response, failure)
         raise failure
 
-    def _build(self, channel: ChannelState, request: UpstreamRequest, upstream_model: str) -> httpx.Request:
+    def _build(self, channel: ChannelState, request: UpstreamRequest, upstream_model: str,
+               headers: dict[str, str]) -> httpx.Request:
         body = dict(request.body)
         body["model"] = upstream_model
         if request.stream:
             # usage is needed to settle; the relay strips it again if the client did not ask for it
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-        headers = {"x-request-id": request.request_id} if request.request_id else {}
+        if request.request_id:
+            headers["x-request-id"] = request.request_id
         if channel.config.api_key:
             headers["authorization"] = f"Bearer {channel.config.api_key}"
         t = channel.timeouts
