@@ -1,0 +1,74 @@
+"""`tidegate gateway` as real processes: two replicas sharing one Redis hold a limit exactly."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.gateway.harness import ADMIN_KEY
+from tests.gateway.upstreams import MockUpstream
+from tests.servers import RedisServer, free_port, wait_for_health
+
+Start = Callable[..., Awaitable[MockUpstream]]
+
+
+@pytest.fixture
+def spawn_gateway(tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """Starts `tidegate gateway` processes from a YAML config; returns each one's URL once healthy."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def spawn(config: dict[str, object], *flags: str) -> str:
+        port = free_port()
+        path = tmp_path / f"gateway-{port}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        proc = subprocess.Popen([sys.executable, "-m", "tidegate.cli", "gateway", "--config", str(path),
+                                 "--port", str(port), *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        wait_for_health(url + "/health", timeout=60, proc=proc)
+        return url
+
+    yield spawn
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+async def test_two_gateways_sharing_redis_admit_exactly_the_rpm_under_200_concurrent_requests(
+        upstreams: Start, redis_server: RedisServer, spawn_gateway: Callable[..., str]) -> None:
+    upstream = await upstreams()
+    config = {"admin_key": ADMIN_KEY, "redis_url": redis_server.url, "health_check_interval": 60,
+              "channels": [{"name": "mock", "base_url": upstream.base_url, "models": ["smollm2"]}],
+              "priority_classes": {"realtime": {"max_concurrency": 256, "queue_size": 256, "queue_timeout": 30}}}
+    urls = await asyncio.gather(asyncio.to_thread(spawn_gateway, config),
+                                asyncio.to_thread(spawn_gateway, config, "--workers", "2"))
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=256)) as http:
+        account = (await http.post(f"{urls[0]}/admin/accounts", json={"name": "a"}, headers=admin)).json()
+        created = await http.post(f"{urls[1]}/admin/keys", json={"account_id": account["id"], "quota": {"rpm": 30}},
+                                  headers=admin)
+        secret, key_id = created.json()["key"], created.json()["id"]
+        body = {"model": "smollm2", "prompt": "hi", "max_tokens": 1}
+
+        async def one(i: int) -> int:
+            response = await http.post(f"{urls[i % 2]}/v1/completions", json=body,
+                                       headers={"authorization": f"Bearer {secret}"})
+            return response.status_code
+
+        statuses = Counter(await asyncio.gather(*(one(i) for i in range(200))))
+        assert statuses == {200: 30, 429: 170}
+        assert upstream.completed == 30
+        usage = (await http.get(f"{urls[0]}/admin/usage", params={"key_id": key_id}, headers=admin)).json()
+        assert usage["requests"] == 30
