@@ -1,0 +1,143 @@
+"""Decode step time of a Llama-3-8B-shaped model with random bf16 weights, Triton vs torch attention.
+
+Every sequence decodes one token after ``context`` cached tokens. Achieved bandwidth counts the weight bytes
+one step must read (every matrix, the output head, not the embedding table) over the step time, the
+issue's measure, and separately with the KV bytes the attention reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from backend.attention import AttentionBackend, AttentionMetadata, TorchAttention
+from backend.kernels import TritonAttention
+from backend.model import LlamaModel
+from backend.model_config import ModelConfig
+from bench.gpu_timing import cuda_time_ms
+
+LLAMA3_8B = ModelConfig(
+    architecture="llama",
+    vocab_size=128256,
+    hidden_size=4096,
+    intermediate_size=14336,
+    num_layers=32,
+    num_heads=32,
+    num_kv_heads=8,
+    head_dim=128,
+    rms_norm_eps=1e-5,
+    rope_theta=500000.0,
+    rope_scaling=None,
+    max_position_embeddings=8192,
+    tie_word_embeddings=False,
+    attention_bias=False,
+)
+BLOCK_SIZE = 16
+
+
+def build_model(config: ModelConfig = LLAMA3_8B) -> LlamaModel:
+    """The model on the GPU with small random weights (allocated there directly, never on the host)."""
+    with torch.device("cuda"):
+        model = LlamaModel(config, dtype=torch.bfloat16)
+    for name, param in model.named_parameters():
+        if name.endswith("norm.weight"):
+            param.data.fill_(1.0)
+        else:
+            param.data.normal_(0.0, 0.02)
+    return model.eval()
+
+
+def weight_bytes_per_step(model: LlamaModel) -> int:
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    embed = model.embed_tokens
+    # The embedding table is gathered by row, not streamed; a tied output head would still be read whole.
+    return total if model.config.tie_word_embeddings else total - embed.numel() * embed.element_size()
+
+
+def _decode_inputs(
+    config: ModelConfig, batch: int, context: int
+) -> tuple[torch.Tensor, torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], AttentionMetadata]:
+    blocks_per_seq = -(-context // BLOCK_SIZE)
+    shape = (batch * blocks_per_seq + 1, BLOCK_SIZE, config.num_kv_heads, config.head_dim)
+    caches = [
+        (torch.randn(shape, dtype=torch.bfloat16, device="cuda"), torch.randn(shape, dtype=torch.bfloat16, device="cuda"))
+        for _ in range(config.num_layers)
+    ]
+    tables = torch.arange(1, batch * blocks_per_seq + 1, dtype=torch.int32, device="cuda").view(batch, -1)
+    positions = torch.full((batch,), context - 1, dtype=torch.int64, device="cuda")
+    slots = tables[:, -1].long() * BLOCK_SIZE + (context - 1) % BLOCK_SIZE
+    meta = AttentionMetadata(
+        query_start_loc=torch.arange(batch + 1, dtype=torch.int32, device="cuda"),
+        context_lens=torch.full((batch,), context, dtype=torch.int32, device="cuda"),
+        block_tables=tables,
+        slot_mapping=slots,
+        max_query_len=1,
+        max_context_len=context,
+    )
+    input_ids = torch.randint(0, config.vocab_size, (batch,), device="cuda")
+    return input_ids, positions, caches, meta
+
+
+def decode_step_ms(model: LlamaModel, attention: AttentionBackend, batch: int, context: int) -> float:
+    """Median time of one decode step (forward and logits) at ``batch`` sequences of ``context`` tokens."""
+    model.attention = attention
+    input_ids, positions, caches, meta = _decode_inputs(model.config, batch, context)
+
+    def step() -> None:
+        # A fresh metadata object per step, as the runner makes: per-step planning is part of the cost.
+        hidden = model(input_ids, positions, caches, dataclasses.replace(meta))
+        model.compute_logits(hidden)
+
+    return cuda_time_ms(step, iters=10, warmup=2)
+
+
+def attention_ms(attention: AttentionBackend, config: ModelConfig, batch: int, context: int) -> float:
+    """Median time of one layer's KV write and attention for the same decode batch."""
+    one_layer = dataclasses.replace(config, num_layers=1)
+    _, _, caches, meta = _decode_inputs(one_layer, batch, context)
+    k_cache, v_cache = caches[0]
+    q = torch.randn(batch, config.num_heads, config.head_dim, dtype=torch.bfloat16, device="cuda")
+    k = torch.randn(batch, config.num_kv_heads, config.head_dim, dtype=torch.bfloat16, device="cuda")
+
+    def layer() -> None:
+        step_meta = dataclasses.replace(meta)
+        attention.write_kv(k, k, k_cache, v_cache, step_meta.slot_mapping)
+        attention.attend(q, k_cache, v_cache, step_meta, config.head_dim**-0.5)
+
+    return cuda_time_ms(layer, iters=20)
+
+
+def kv_bytes_per_step(config: ModelConfig, batch: int, context: int) -> int:
+    return 2 * batch * context * config.num_layers * config.num_kv_heads * config.head_dim * 2
+
+
+def run(batches: tuple[int, ...] = (1, 16, 128), context: int = 512, copy_gbps: float | None = None) -> list[dict]:
+    """One row per batch size: step times of both paths, their ratio, achieved bandwidth."""
+    model = build_model()
+    weights = weight_bytes_per_step(model)
+    rows = []
+    for batch in batches:
+        triton_ms = decode_step_ms(model, TritonAttention(), batch, context)
+        torch.cuda.empty_cache()
+        torch_ms = decode_step_ms(model, TorchAttention(), batch, context)
+        torch.cuda.empty_cache()
+        triton_attn = attention_ms(TritonAttention(), model.config, batch, context)
+        torch_attn = attention_ms(TorchAttention(), model.config, batch, context)
+        kv = kv_bytes_per_step(model.config, batch, context)
+        row = {
+            "batch": batch,
+            "context": context,
+            "triton_step_ms": round(triton_ms, 3),
+            "torch_step_ms": round(torch_ms, 3),
+            "torch_over_triton": round(torch_ms / triton_ms, 2),
+            "triton_attention_layer_ms": round(triton_attn, 4),
+            "torch_attention_layer_ms": round(torch_attn, 4),
+            "attention_torch_over_triton": round(torch_attn / triton_attn, 2),
+            "weight_gbps": round(weights / (triton_ms / 1e3) / 1e9, 1),
+            "weight_plus_kv_gbps": round((weights + kv) / (triton_ms / 1e3) / 1e9, 1),
+        }
+        if copy_gbps:
+            row["weight_fraction_of_copy"] = round(row["weight_gbps"] / copy_gbps, 3)
+        rows.append(row)
+    return rows

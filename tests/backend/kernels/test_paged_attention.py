@@ -1,0 +1,111 @@
+"""Paged attention kernel against a dense fp32 oracle and the torch reference backend."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from backend.attention import TorchAttention
+from backend.kernels import paged_attention
+from tests.backend.kernels.paged_batch import PagedBatch, SeqSpec, dense_attention, make_batch
+
+TOLERANCE = {torch.float32: 2e-5, torch.float16: 3e-3, torch.bfloat16: 3e-2}
+
+# Decodes at lengths 1, 15, 16, 17 and a few hundred; whole prefills of 15, 16, 17; chunks after a cached
+# prefix; and a sequence that reuses another's blocks.
+MIXED = [
+    SeqSpec(q_len=1, context_len=1),
+    SeqSpec(q_len=1, context_len=15),
+    SeqSpec(q_len=1, context_len=16),
+    SeqSpec(q_len=1, context_len=17),
+    SeqSpec(q_len=1, context_len=300),
+    SeqSpec(q_len=15, context_len=15),
+    SeqSpec(q_len=16, context_len=16),
+    SeqSpec(q_len=17, context_len=17),
+    SeqSpec(q_len=9, context_len=41),
+    SeqSpec(q_len=3, context_len=36, shares_prefix_with=8),
+]
+
+
+def _run(batch: PagedBatch) -> torch.Tensor:
+    m = batch.meta
+    scale = batch.q.shape[-1] ** -0.5
+    return paged_attention(
+        batch.q, batch.k_cache, batch.v_cache, m.query_start_loc, m.context_lens, m.block_tables, m.max_query_len, scale
+    )
+
+
+def _assert_matches_oracle(batch: PagedBatch, out: torch.Tensor) -> None:
+    expected = dense_attention(batch, batch.q.shape[-1] ** -0.5)
+    torch.testing.assert_close(out.float().cpu(), expected, atol=TOLERANCE[batch.q.dtype], rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize(("num_kv_heads", "group"), [(2, 1), (1, 3), (2, 4), (1, 8)])
+def test_mixed_prefill_and_decode_batch_matches_dense_attention(
+    dtype: torch.dtype, head_dim: int, num_kv_heads: int, group: int, device: torch.device, rng: torch.Generator
+) -> None:
+    batch = make_batch(
+        MIXED, num_kv_heads=num_kv_heads, group=group, head_dim=head_dim, dtype=dtype, device=device, rng=rng
+    )
+    _assert_matches_oracle(batch, _run(batch))
+
+
+def test_bf16_cache_matches_dense_attention(device: torch.device, rng: torch.Generator) -> None:
+    specs = [SeqSpec(1, 17), SeqSpec(17, 17), SeqSpec(5, 40)]
+    batch = make_batch(specs, num_kv_heads=2, group=3, head_dim=64, dtype=torch.bfloat16, device=device, rng=rng)
+    _assert_matches_oracle(batch, _run(batch))
+
+
+def test_pure_decode_batch_with_long_contexts(device: torch.device, rng: torch.Generator) -> None:
+    specs = [SeqSpec(1, n) for n in (257, 1, 300, 33)]
+    batch = make_batch(specs, num_kv_heads=2, group=4, head_dim=64, dtype=torch.float16, device=device, rng=rng)
+    _assert_matches_oracle(batch, _run(batch))
+
+
+def test_long_prefill_chunk_spans_several_query_tiles(device: torch.device, rng: torch.Generator) -> None:
+    specs = [SeqSpec(q_len=150, context_len=200), SeqSpec(1, 20)]
+    batch = make_batch(specs, num_kv_heads=1, group=3, head_dim=64, dtype=torch.float32, device=device, rng=rng)
+    _assert_matches_oracle(batch, _run(batch))
+
+
+def test_shared_prefix_blocks_serve_both_sequences(device: torch.device, rng: torch.Generator) -> None:
+    specs = [SeqSpec(1, 64), SeqSpec(q_len=4, context_len=52, shares_prefix_with=0)]
+    batch = make_batch(specs, num_kv_heads=2, group=1, head_dim=64, dtype=torch.float32, device=device, rng=rng)
+    shared = batch.meta.block_tables[0, :3]
+    assert torch.equal(batch.meta.block_tables[1, :3], shared)
+    _assert_matches_oracle(batch, _run(batch))
+
+
+def test_padded_rows_come_back_zero_and_leave_real_rows_intact(
+    device: torch.device, rng: torch.Generator
+) -> None:
+    specs = [SeqSpec(1, 20), SeqSpec(3, 3)]
+    batch = make_batch(
+        specs, num_kv_heads=1, group=4, head_dim=64, dtype=torch.float16, device=device, rng=rng, num_padded_rows=5
+    )
+    out = _run(batch)
+    assert torch.count_nonzero(out[-5:]) == 0
+    _assert_matches_oracle(batch, out)
+
+
+@pytest.mark.parametrize("block_size", [1, 8, 12])
+def test_block_sizes_other_than_sixteen(block_size: int, device: torch.device, rng: torch.Generator) -> None:
+    specs = [SeqSpec(1, 25), SeqSpec(6, 30), SeqSpec(2, 13, shares_prefix_with=1)]
+    batch = make_batch(
+        specs, num_kv_heads=2, group=2, head_dim=64, dtype=torch.float32, device=device, rng=rng, block_size=block_size
+    )
+    _assert_matches_oracle(batch, _run(batch))
+
+
+def test_empty_batch_returns_empty_output(device: torch.device, rng: torch.Generator) -> None:
+    batch = make_batch([], num_kv_heads=1, group=1, head_dim=64, dtype=torch.float32, device=device, rng=rng)
+    assert _run(batch).shape == (0, 1, 64)
+
+
+def test_matches_torch_reference_backend(device: torch.device, rng: torch.Generator) -> None:
+    batch = make_batch(MIXED, num_kv_heads=1, group=3, head_dim=64, dtype=torch.float32, device=device, rng=rng)
+    scale = 64**-0.5
+    expected = TorchAttention().attend(batch.q, batch.k_cache, batch.v_cache, batch.meta, scale)
+    torch.testing.assert_close(_run(batch), expected, atol=2e-5, rtol=0)
