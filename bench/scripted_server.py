@@ -1,10 +1,18 @@
-"""A scripted OpenAI-compatible streaming server on loopback: fixed TTFT, fixed gap per token, and faults
-(error statuses, stalls, mid-stream errors) injected by request number."""
+"""A scripted OpenAI-compatible streaming server: fixed TTFT, fixed gap per token, and faults (error
+statuses, stalls, mid-stream errors) injected by request number.
+
+It checks the load generator itself: every figure `tidegate bench` reports against it should come out as
+scripted. Tests run it in a thread with `serve()`; standalone:
+
+    python -m bench.scripted_server --port 9100 --ttft 0.1 --gap 0.02
+"""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -17,8 +25,6 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-
-from tests.servers import free_port, wait_for_port
 
 
 @dataclass
@@ -86,16 +92,37 @@ async def _stream(script: Script, number: int, chat: bool, n_in: int, n_out: int
 
 @contextmanager
 def serve(script: Script) -> Iterator[str]:
-    """Run the mock on a free loopback port in a thread; yields its base URL."""
-    port = free_port()
+    """Run the server on a free loopback port in a thread; yields its base URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(build_app(script), host="127.0.0.1", port=port,
                                            log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
-        wait_for_port(port)
+        deadline = time.monotonic() + 10
+        while not server.started:
+            if time.monotonic() > deadline or not thread.is_alive():
+                raise RuntimeError("the scripted server did not start")
+            time.sleep(0.01)
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         server.force_exit = True  # stalled streams would otherwise hold shutdown
         thread.join(timeout=10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9100)
+    parser.add_argument("--ttft", type=float, default=0.1, help="seconds to the first token")
+    parser.add_argument("--gap", type=float, default=0.02, help="seconds between tokens")
+    args = parser.parse_args()
+    uvicorn.run(build_app(Script(ttft=args.ttft, gap=args.gap)), host=args.host, port=args.port,
+                log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.scripted_server import Script, serve
 from bench.tokenizer import PromptTokenizer, load_tokenizer
-from tests.bench.mock_server import Script, serve
 
 
 @pytest.fixture(scope="session")

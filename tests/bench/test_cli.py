@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench.mock_server import Script
+from bench.scripted_server import Script
 from tests.servers import free_port
 from tidegate.cli import main
 

@@ -12,9 +12,9 @@ import pytest
 
 from bench.client import Target
 from bench.loadgen import LoadGenerator, LoadProfile, ProfileError, RunResult, arrival_times
+from bench.scripted_server import Script
 from bench.tokenizer import PromptTokenizer
 from bench.workloads import Workload, WorkloadSpec
-from tests.bench.mock_server import Script
 from tests.servers import free_port
 
 Mock = Callable[[Script], AbstractContextManager[str]]
