@@ -1,30 +1,33 @@
 -- One atomic check-and-reserve across the levels of one key: the key, its sub-account, its account.
--- KEYS, five per level: quota hash, request window, token window, budget hash, lease set.
+-- KEYS, three per level: state hash (quota fields and budget counters), window hash ('r' requests,
+--   't' tokens), lease set.
 -- ARGV: estimated tokens, lease ttl (ms), lease member.
--- Reply (space-separated integers): admitted, refused level (1-based, 0 if none), refused limit (1 rpm, 2 tpm, 3 concurrency,
---   4 tokens_per_day, 5 tokens_per_month), retry (ms), second, day, month, limit/remaining/reset (ms) of
---   the tightest request window and token window (-1 when none), then each level's five quotas.
+-- Reply, space-separated: admitted, refused level (1-based, 0 if none), refused limit (1 rpm, 2 tpm,
+--   3 concurrency, 4 tokens_per_day, 5 tokens_per_month), retry (ms), second, day, month, limit/remaining/
+--   reset (ms) of the tightest request window and token window (-1 when none), then each level's five
+--   quotas as stored ('-' when unlimited).
 local est, ttl_ms, member = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local sec, now_ms = server_time()
 local day, month = math.floor(sec / 86400), month_index(sec)
 local day_field, month_field = 'd' .. day, 'm' .. month
-local levels = #KEYS / 5
-local quotas, reply = {}, {0, 0, 0, 0, sec, day, month, -1, -1, -1, -1, -1, -1}
+local levels = #KEYS / 3
+local states, reply, quota_text = {}, {0, 0, 0, 0, sec, day, month, -1, -1, -1, -1, -1, -1}, {}
 for i = 1, levels do
-  local q = redis.call('HMGET', KEYS[(i - 1) * 5 + 1], 'rpm', 'tpm', 'max_concurrency', 'tokens_per_day',
-    'tokens_per_month')
+  local s = redis.call('HMGET', KEYS[(i - 1) * 3 + 1], 'rpm', 'tpm', 'max_concurrency', 'tokens_per_day',
+    'tokens_per_month', day_field, month_field)
   for j = 1, 5 do
-    q[j] = tonumber(q[j]) or -1
-    reply[#reply + 1] = q[j]
+    quota_text[#quota_text + 1] = s[j] or '-'
+    s[j] = tonumber(s[j]) or -1
   end
-  quotas[i] = q
+  s[6], s[7] = tonumber(s[6]) or 0, tonumber(s[7]) or 0
+  states[i] = s
 end
 
 local function refuse(level, code, ms)
   if reply[2] == 0 then reply[2], reply[3], reply[4] = level, code, math.max(ms, 0) end
 end
 
--- Keeps the window with the least room left, for the x-ratelimit-* headers (offset 8 or 11).
+-- Keeps the window with the least room left, for the x-ratelimit-* headers (reply offset 8 or 11).
 local function offer(at, limit, remaining, reset_ms)
   remaining = math.max(remaining, 0)
   if reply[at] < 0 or remaining < reply[at + 1] then
@@ -32,23 +35,25 @@ local function offer(at, limit, remaining, reset_ms)
   end
 end
 
-local function check_window(i, key, limit, cost, code, at)
-  local total, live = sw_read(key, sec, 60)
-  local fits = total + cost <= limit
-  offer(at, limit, limit - total - (fits and cost or 0), sw_reset_ms(live, sec, 60, now_ms))
-  if not fits then refuse(i, code, sw_wait_ms(live, total + cost - limit, 60, now_ms, cost, limit)) end
+local function check_window(i, w, limit, cost, code, at)
+  local fits = w.total + cost <= limit
+  offer(at, limit, limit - w.total - (fits and cost or 0), sw_reset_ms(w, sec, 60, now_ms))
+  if not fits then refuse(i, code, sw_wait_ms(w, w.total + cost - limit, 60, now_ms, cost, limit)) end
 end
 
 for i = 1, levels do
-  local base, q = (i - 1) * 5, quotas[i]
-  if q[1] >= 0 then check_window(i, KEYS[base + 2], q[1], 1, 1, 8) end
-  if q[2] >= 0 then check_window(i, KEYS[base + 3], q[2], est, 2, 11) end
+  local base, s = (i - 1) * 3, states[i]
+  if s[1] >= 0 or s[2] >= 0 then
+    local windows = sw_read(KEYS[base + 2], sec, 60)
+    if s[1] >= 0 then check_window(i, windows['r'] or SW_EMPTY, s[1], 1, 1, 8) end
+    if s[2] >= 0 then check_window(i, windows['t'] or SW_EMPTY, s[2], est, 2, 11) end
+  end
   if reply[2] == 0 then
-    if q[3] >= 0 and lease_live(KEYS[base + 5], now_ms) >= q[3] then
+    if s[3] >= 0 and lease_live(KEYS[base + 3], now_ms) >= s[3] then
       refuse(i, 3, 1000)
-    elseif q[4] >= 0 and fw_used(KEYS[base + 4], day_field) + est > q[4] then
+    elseif s[4] >= 0 and s[6] + est > s[4] then
       refuse(i, 4, (day + 1) * 86400000 - now_ms)
-    elseif q[5] >= 0 and fw_used(KEYS[base + 4], month_field) + est > q[5] then
+    elseif s[5] >= 0 and s[7] + est > s[5] then
       refuse(i, 5, month_start(month + 1) * 1000 - now_ms)
     end
   end
@@ -57,15 +62,15 @@ end
 if reply[2] == 0 then
   reply[1] = 1
   for i = 1, levels do
-    local base, q = (i - 1) * 5, quotas[i]
-    if q[1] >= 0 then sw_add(KEYS[base + 2], sec, 1, 60) end
-    if q[2] >= 0 then sw_add(KEYS[base + 3], sec, est, 60) end
-    if q[3] >= 0 then lease_acquire(KEYS[base + 5], member, now_ms, ttl_ms) end
-    if q[4] >= 0 or q[5] >= 0 then
-      fw_add(KEYS[base + 4], day_field, est, 'd' .. (day - 3), 40 * 86400)
-      fw_add(KEYS[base + 4], month_field, est, 'm' .. (month - 3), 40 * 86400)
+    local base, s = (i - 1) * 3, states[i]
+    if s[1] >= 0 then sw_add(KEYS[base + 2], 'r', sec, 1, 60) end
+    if s[2] >= 0 then sw_add(KEYS[base + 2], 't', sec, est, 60) end
+    if s[3] >= 0 then lease_acquire(KEYS[base + 3], member, now_ms, ttl_ms) end
+    if s[4] >= 0 or s[5] >= 0 then
+      fw_add(KEYS[base + 1], day_field, est, 'd' .. (day - 3))
+      fw_add(KEYS[base + 1], month_field, est, 'm' .. (month - 3))
     end
   end
 end
--- One bulk string instead of an array: a client parses one line, not two dozen.
-return table.concat(reply, ' ')
+-- One bulk string instead of an array: a client parses one line, not dozens.
+return table.concat(reply, ' ') .. ' ' .. table.concat(quota_text, ' ')

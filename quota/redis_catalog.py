@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from quota import redis_keys as rk
 from quota.catalog import UsageQuery
-from quota.records import Account, ApiKey, Level, Quota, SubAccount, UsageRow, from_json, to_json
+from quota.records import (
+    QUOTA_FIELDS,
+    Account,
+    ApiKey,
+    Level,
+    Quota,
+    SubAccount,
+    UsageRow,
+    from_json,
+    to_json,
+)
 
 LEDGER_SEPARATOR = "|"
 
@@ -136,8 +148,10 @@ def _ledger_rows(start: datetime, account_id: str, fields: dict[str, str]) -> li
     return sorted(rows.values(), key=lambda r: (r.key_id, r.model))
 
 
-def _write_quota(pipe: object, quota_key: str, quota: Quota) -> None:
-    """The admit script reads limits from this hash; an absent field is unlimited."""
-    pipe.delete(quota_key)  # type: ignore[attr-defined]
-    if quota.to_dict():
-        pipe.hset(quota_key, mapping=quota.to_dict())  # type: ignore[attr-defined]
+def _write_quota(pipe: Pipeline, state_key: str, quota: Quota) -> None:
+    """The admit script reads limits from the level's state hash (an absent field is unlimited); the same
+    hash holds the budget counters, so only the quota fields are replaced."""
+    pipe.hdel(state_key, *QUOTA_FIELDS)
+    limits: dict[Any, Any] = quota.to_dict()
+    if limits:
+        pipe.hset(state_key, mapping=limits)

@@ -13,9 +13,9 @@ def tag(account_id: str) -> str:
 
 
 def level_keys(account_id: str, level: Level, level_id: str) -> list[str]:
-    """Quota hash, request window, token window, budget hash, lease set: the admit script's five keys."""
+    """State hash (quota fields and budget counters), window hash, lease set: the scripts' keys per level."""
     base = f"{tag(account_id)}:{SHORT[level]}:{level_id}"
-    return [f"{base}:quota", f"{base}:rpm", f"{base}:tpm", f"{base}:budget", f"{base}:leases"]
+    return [f"{base}:state", f"{base}:windows", f"{base}:leases"]
 
 
 def settled_key(account_id: str, reservation_id: str) -> str:

@@ -7,6 +7,7 @@ a burst of thousands costs a few round trips instead of thousands of connections
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -14,16 +15,17 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
 MAX_BATCH = 512
+_Call = tuple[AsyncScript, Sequence[str | bytes], list[Any], "asyncio.Future[Any]"]
 
 
 class ScriptBatcher:
     def __init__(self, client: Redis, in_flight: int = 2) -> None:
         self._client = client
-        self._queue: list[tuple[AsyncScript, list[str], list[Any], asyncio.Future[Any]]] = []
+        self._queue: list[_Call] = []
         self._senders: set[asyncio.Task[None]] = set()
         self._in_flight = in_flight
 
-    async def call(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
+    async def call(self, script: AsyncScript, keys: Sequence[str | bytes], args: list[Any]) -> Any:
         """Runs `script` as part of the next batch; raises what Redis or the connection raised."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append((script, keys, args, future))
@@ -53,7 +55,7 @@ class ScriptBatcher:
                 else:
                     future.set_result(result)
 
-    async def _send(self, batch: list[tuple[AsyncScript, list[str], list[Any], asyncio.Future[Any]]]) -> list[Any]:
+    async def _send(self, batch: list[_Call]) -> list[Any]:
         results = await self._pipeline(batch)
         missing = [n for n, result in enumerate(results) if isinstance(result, NoScriptError)]
         if missing:  # a restarted or flushed Redis: load each script once, then resend what failed
@@ -64,7 +66,7 @@ class ScriptBatcher:
                 results[n] = result
         return results
 
-    async def _pipeline(self, batch: list[tuple[AsyncScript, list[str], list[Any], asyncio.Future[Any]]]
+    async def _pipeline(self, batch: list[_Call]
                         ) -> list[Any]:
         async with self._client.pipeline(transaction=False) as pipe:
             for script, keys, args, _ in batch:

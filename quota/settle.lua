@@ -1,6 +1,6 @@
 -- Replaces a reservation's estimate with real usage, frees its leases and writes the ledger, once.
 -- KEYS: settled marker, ledger hour hash, ledger day hash, hour index, day index, then three per level:
---   token window, budget hash, lease set.
+--   state hash, window hash, lease set.
 -- ARGV: lease member, second, day, month, estimate, prompt tokens, completion tokens, ledger field,
 --   then three per level: '1' when its token window holds the estimate, '1' when it holds a lease,
 --   '1' when its budgets count tokens.
@@ -12,11 +12,11 @@ local delta = prompt + completion - tonumber(ARGV[5])
 local sec = server_time()
 for i = 1, (#KEYS - 5) / 3 do
   local base, flags = 5 + (i - 1) * 3, 8 + (i - 1) * 3
-  if ARGV[flags + 1] == '1' then sw_adjust(KEYS[base + 1], slot, delta, sec, 60) end
+  if ARGV[flags + 1] == '1' then sw_adjust(KEYS[base + 2], 't', slot, delta, sec, 60) end
   if ARGV[flags + 2] == '1' then redis.call('ZREM', KEYS[base + 3], member) end
   if ARGV[flags + 3] == '1' then
-    fw_add(KEYS[base + 2], 'd' .. day, delta, 'd' .. (day - 3), 40 * 86400)
-    fw_add(KEYS[base + 2], 'm' .. month, delta, 'm' .. (month - 3), 40 * 86400)
+    fw_add(KEYS[base + 1], 'd' .. day, delta, 'd' .. (day - 3))
+    fw_add(KEYS[base + 1], 'm' .. month, delta, 'm' .. (month - 3))
   end
 end
 local field = ARGV[8]
