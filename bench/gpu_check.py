@@ -84,14 +84,17 @@ def _table(results: dict) -> str:
     if decode_rows:
         lines.append(
             "| 8B decode batch | ctx | triton step ms | torch step ms | ratio | attn layer ratio "
-            "| weight GB/s | of copy |"
+            "| weight GB/s | of copy | graph step ms | graph of copy |"
         )
     for row in decode_rows:
         lines.append(
             f"| {row['batch']} | {row['context']} | {row['triton_step_ms']} | {row['torch_step_ms']} | "
             f"{row['torch_over_triton']}x | {row['attention_torch_over_triton']}x | {row['weight_gbps']} | "
-            f"{row.get('weight_fraction_of_copy', '-')} |"
+            f"{row.get('weight_fraction_of_copy', '-')} | {row.get('graph_step_ms') or '-'} | "
+            f"{row.get('graph_weight_fraction_of_copy', '-')} |"
         )
+        if row.get("graph_error"):
+            lines.append(f"  CUDA graph at batch {row['batch']} failed: {row['graph_error']}")
     tp = results.get("throughput", {})
     if "skipped" in tp:
         lines.append(f"SmolLM2 throughput: skipped ({tp['skipped']})")

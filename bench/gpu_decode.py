@@ -12,6 +12,7 @@ import dataclasses
 import torch
 
 from backend.attention import AttentionBackend, AttentionMetadata, TorchAttention
+from backend.cuda_graphs import DecodeGraphs
 from backend.kernels import TritonAttention
 from backend.model import LlamaModel
 from backend.model_config import ModelConfig
@@ -108,12 +109,27 @@ def attention_ms(attention: AttentionBackend, config: ModelConfig, batch: int, c
     return cuda_time_ms(layer, iters=20)
 
 
+def graph_step_ms(model: LlamaModel, batch: int, context: int) -> float:
+    """Median replay time of the same decode step captured as a CUDA graph (Triton attention)."""
+    model.attention = TritonAttention()
+    input_ids, positions, caches, meta = _decode_inputs(model.config, batch, context)
+    graphs = DecodeGraphs(
+        model, caches, max_batch=batch, max_blocks_per_seq=meta.block_tables.shape[1], buckets=(batch,)
+    )
+    return cuda_time_ms(lambda: graphs.replay(input_ids, positions, meta), iters=20)
+
+
+def _gbps(num_bytes: int, ms: float) -> float:
+    return round(num_bytes / (ms / 1e3) / 1e9, 1)
+
+
 def kv_bytes_per_step(config: ModelConfig, batch: int, context: int) -> int:
     return 2 * batch * context * config.num_layers * config.num_kv_heads * config.head_dim * 2
 
 
 def run(batches: tuple[int, ...] = (1, 16, 128), context: int = 512, copy_gbps: float | None = None) -> list[dict]:
-    """One row per batch size: step times of both paths, their ratio, achieved bandwidth."""
+    """One row per batch size: eager step times of both paths, their ratio, achieved bandwidth, and the
+    Triton step replayed as a CUDA graph."""
     model = build_model()
     weights = weight_bytes_per_step(model)
     rows = []
@@ -122,10 +138,16 @@ def run(batches: tuple[int, ...] = (1, 16, 128), context: int = 512, copy_gbps: 
         torch.cuda.empty_cache()
         torch_ms = decode_step_ms(model, TorchAttention(), batch, context)
         torch.cuda.empty_cache()
+        try:
+            graph_ms: float | None = graph_step_ms(model, batch, context)
+            graph_error = None
+        except Exception as exc:  # report, and keep the eager figures of this batch size
+            graph_ms, graph_error = None, repr(exc)[:300]
+        torch.cuda.empty_cache()
         triton_attn = attention_ms(TritonAttention(), model.config, batch, context)
         torch_attn = attention_ms(TorchAttention(), model.config, batch, context)
         kv = kv_bytes_per_step(model.config, batch, context)
-        row = {
+        row: dict[str, float | int | str | None] = {
             "batch": batch,
             "context": context,
             "triton_step_ms": round(triton_ms, 3),
@@ -134,10 +156,15 @@ def run(batches: tuple[int, ...] = (1, 16, 128), context: int = 512, copy_gbps: 
             "triton_attention_layer_ms": round(triton_attn, 4),
             "torch_attention_layer_ms": round(torch_attn, 4),
             "attention_torch_over_triton": round(torch_attn / triton_attn, 2),
-            "weight_gbps": round(weights / (triton_ms / 1e3) / 1e9, 1),
-            "weight_plus_kv_gbps": round((weights + kv) / (triton_ms / 1e3) / 1e9, 1),
+            "weight_gbps": _gbps(weights, triton_ms),
+            "weight_plus_kv_gbps": _gbps(weights + kv, triton_ms),
+            "graph_step_ms": round(graph_ms, 3) if graph_ms is not None else None,
+            "graph_weight_gbps": _gbps(weights, graph_ms) if graph_ms is not None else None,
+            "graph_error": graph_error,
         }
         if copy_gbps:
-            row["weight_fraction_of_copy"] = round(row["weight_gbps"] / copy_gbps, 3)
+            row["weight_fraction_of_copy"] = round(_gbps(weights, triton_ms) / copy_gbps, 3)
+            if graph_ms is not None:
+                row["graph_weight_fraction_of_copy"] = round(_gbps(weights, graph_ms) / copy_gbps, 3)
         rows.append(row)
     return rows

@@ -31,6 +31,7 @@ def test_report_joins_phases_and_names_the_missing_ones(
         "batch": 1, "context": 512, "triton_step_ms": 5.0, "torch_step_ms": 6.0, "torch_over_triton": 1.2,
         "triton_attention_layer_ms": 0.01, "torch_attention_layer_ms": 0.02, "attention_torch_over_triton": 2.0,
         "weight_gbps": 3000.0, "weight_plus_kv_gbps": 3001.0, "weight_fraction_of_copy": 0.75,
+        "graph_step_ms": None, "graph_weight_gbps": None, "graph_error": "RuntimeError('capture failed')",
     }
     (out / "kernels.json").write_text(json.dumps(kernels))
     (out / "decode.json").write_text(json.dumps({"rows": [decode_row]}))
@@ -40,7 +41,8 @@ def test_report_joins_phases_and_names_the_missing_ones(
     assert gpu_check.main(["report", "--out", str(out), "--json", str(joined)]) == 0
     table = capsys.readouterr().out
     assert "micro: no result" in table and "kernels vs torch reference on GPU: PASS" in table
-    assert "| 1 | 512 | 5.0 | 6.0 | 1.2x | 2.0x | 3000.0 | 0.75 |" in table
+    assert "| 1 | 512 | 5.0 | 6.0 | 1.2x | 2.0x | 3000.0 | 0.75 | - | - |" in table
+    assert "CUDA graph at batch 1 failed: RuntimeError('capture failed')" in table
     assert "SmolLM2 throughput: skipped (model not found at /nowhere)" in table
     assert json.loads(joined.read_text()) == {
         "kernels": kernels,
