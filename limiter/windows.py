@@ -40,8 +40,9 @@ class SlidingWindow:
             self._total -= self._counts.popleft()[1]
 
     def check(self, now: float, cost: int, limit: int) -> WindowCheck:
-        slot = self.slot_at(now)
-        self._expire(slot)
+        slot = int(now // self.slot_len)
+        if self._counts and self._counts[0][0] <= slot - self.slots:
+            self._expire(slot)
         reset = (self._counts[0][0] + self.slots) * self.slot_len - now if self._counts else 0.0
         if self._total + cost <= limit:
             return WindowCheck(True, self._total, 0.0, reset)
@@ -59,12 +60,13 @@ class SlidingWindow:
 
     def add(self, now: float, cost: int) -> int:
         """Counts `cost` units in the current slot and returns that slot (for a later `adjust`)."""
-        slot = self.slot_at(now)
-        self._expire(slot)
-        if self._counts and self._counts[-1][0] == slot:
-            self._counts[-1][1] += cost
+        slot = int(now // self.slot_len)
+        counts = self._counts
+        if counts and counts[-1][0] == slot:
+            counts[-1][1] += cost
         else:
-            self._counts.append([slot, cost])
+            self._expire(slot)
+            counts.append([slot, cost])
         self._total += cost
         return slot
 

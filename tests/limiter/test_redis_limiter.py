@@ -26,14 +26,15 @@ async def client(redis_server: RedisServer) -> AsyncIterator[Redis]:
 async def test_bucket_admits_rate_times_time_plus_burst_within_one_request(client: Redis) -> None:
     limiter = RedisLimiter(client)
     rate, burst = 50.0, 10.0
-    admitted = 0
-    first = await limiter.take("tg:{t}:bucket", rate=rate, burst=burst)
+    admitted, slowest = 0, 0.0
     started = time.monotonic()
-    admitted += first.ok
     while time.monotonic() - started < 1.0:
+        sent = time.monotonic()
         admitted += (await limiter.take("tg:{t}:bucket", rate=rate, burst=burst)).ok
+        slowest = max(slowest, time.monotonic() - sent)
     elapsed = time.monotonic() - started
-    assert abs(admitted - (rate * elapsed + burst)) <= 1 + rate * 0.01  # one request, plus clock jitter
+    # The server's clock decides; ours can differ from it by at most one request's round trip.
+    assert abs(admitted - (rate * elapsed + burst)) <= 1 + rate * slowest
 
 
 async def test_sliding_window_is_exact_under_concurrency(client: Redis) -> None:
@@ -47,17 +48,17 @@ async def test_sliding_window_is_exact_under_concurrency(client: Redis) -> None:
 async def test_leases_cap_holders_and_lapse_without_renewal(client: Redis) -> None:
     limiter = RedisLimiter(client)
     key = "tg:{t}:leases"
-    assert await limiter.acquire(key, "a", limit=2, ttl=0.3)
-    assert await limiter.acquire(key, "b", limit=2, ttl=0.3)
-    assert not await limiter.acquire(key, "c", limit=2, ttl=0.3)
-    await asyncio.sleep(0.2)
-    assert await limiter.renew([key], "a", ttl=0.3) == 1
-    await asyncio.sleep(0.15)  # b lapsed, a was renewed
-    assert await limiter.acquire(key, "c", limit=2, ttl=0.3)
-    assert not await limiter.acquire(key, "d", limit=2, ttl=0.3)
+    assert await limiter.acquire(key, "a", limit=2, ttl=1.0)
+    assert await limiter.acquire(key, "b", limit=2, ttl=1.0)
+    assert not await limiter.acquire(key, "c", limit=2, ttl=1.0)
+    await asyncio.sleep(0.5)
+    assert await limiter.renew([key], "a", ttl=1.0) == 1
+    await asyncio.sleep(0.6)  # b lapsed, a was renewed until 1.5 s
+    assert await limiter.acquire(key, "c", limit=2, ttl=1.0)
+    assert not await limiter.acquire(key, "d", limit=2, ttl=1.0)
     assert await limiter.release(key, "a")
-    assert await limiter.acquire(key, "d", limit=2, ttl=0.3)
-    assert await limiter.renew([key], "gone", ttl=0.3) == 0
+    assert await limiter.acquire(key, "d", limit=2, ttl=1.0)
+    assert await limiter.renew([key], "gone", ttl=1.0) == 0
 
 
 async def test_scripts_run_again_after_the_script_cache_is_flushed(client: Redis) -> None:
