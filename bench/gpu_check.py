@@ -27,7 +27,11 @@ def _kernels() -> dict:
     )
     print(proc.stdout[-4000:], proc.stderr[-2000:], sep="\n")
     lines = proc.stdout.strip().splitlines()
-    return {"passed": proc.returncode == 0, "summary": lines[-1] if lines else proc.stderr[-300:]}
+    return {
+        "passed": proc.returncode == 0,
+        "summary": lines[-1] if lines else proc.stderr[-300:],
+        "failed": [line.removeprefix("FAILED ") for line in lines if line.startswith("FAILED ")],
+    }
 
 
 def _micro() -> dict:
@@ -74,6 +78,7 @@ def _table(results: dict) -> str:
     if "kernels" in results:
         k = results["kernels"]
         lines.append(f"kernels vs torch reference on GPU: {'PASS' if k['passed'] else 'FAIL'} ({k['summary']})")
+        lines += [f"  failed: {name}" for name in k.get("failed", [])]
     micro = results.get("micro", {})
     if micro:
         lines.append(f"measured copy bandwidth: {micro['copy_gbps']} GB/s")
@@ -93,14 +98,18 @@ def _table(results: dict) -> str:
             f"{row.get('weight_fraction_of_copy', '-')} | {row.get('graph_step_ms') or '-'} | "
             f"{row.get('graph_weight_fraction_of_copy', '-')} |"
         )
-        if row.get("graph_error"):
-            lines.append(f"  CUDA graph at batch {row['batch']} failed: {row['graph_error']}")
+        for key, error in row.items():
+            if key.endswith("_error"):
+                lines.append(f"  batch {row['batch']} {key.removesuffix('_error')} failed: {error}")
     tp = results.get("throughput", {})
     if "skipped" in tp:
         lines.append(f"SmolLM2 throughput: skipped ({tp['skipped']})")
     elif tp:
         for name in ("triton", "torch"):
             r = tp[name]
+            if "error" in r:
+                lines.append(f"SmolLM2 {name}: failed: {r['error']}")
+                continue
             done = "completed" if r["completed"] else "capped"
             lines.append(
                 f"SmolLM2 {name}: {r['output_tokens_per_s']} output tok/s "

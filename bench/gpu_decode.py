@@ -8,6 +8,8 @@ issue's measure, and separately with the KV bytes the attention reads.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from functools import partial
 
 import torch
 
@@ -127,44 +129,53 @@ def kv_bytes_per_step(config: ModelConfig, batch: int, context: int) -> int:
     return 2 * batch * context * config.num_layers * config.num_kv_heads * config.head_dim * 2
 
 
+def _attempt(measure: Callable[[], float]) -> tuple[float | None, str | None]:
+    """A measurement, or the error that stopped it: one failing path must not hide the others' figures."""
+    try:
+        return measure(), None
+    except Exception as exc:
+        return None, repr(exc)[:300]
+    finally:
+        torch.cuda.empty_cache()
+
+
+def _ratio(slow: float | None, fast: float | None) -> float | None:
+    return round(slow / fast, 2) if slow is not None and fast is not None else None
+
+
 def run(batches: tuple[int, ...] = (1, 16, 128), context: int = 512, copy_gbps: float | None = None) -> list[dict]:
     """One row per batch size: eager step times of both paths, their ratio, achieved bandwidth, and the
-    Triton step replayed as a CUDA graph."""
+    Triton step replayed as a CUDA graph. A path that fails leaves None and its error in the row."""
     model = build_model()
     weights = weight_bytes_per_step(model)
     rows = []
     for batch in batches:
-        triton_ms = decode_step_ms(model, TritonAttention(), batch, context)
-        torch.cuda.empty_cache()
-        torch_ms = decode_step_ms(model, TorchAttention(), batch, context)
-        torch.cuda.empty_cache()
-        try:
-            graph_ms: float | None = graph_step_ms(model, batch, context)
-            graph_error = None
-        except Exception as exc:  # report, and keep the eager figures of this batch size
-            graph_ms, graph_error = None, repr(exc)[:300]
-        torch.cuda.empty_cache()
-        triton_attn = attention_ms(TritonAttention(), model.config, batch, context)
-        torch_attn = attention_ms(TorchAttention(), model.config, batch, context)
-        kv = kv_bytes_per_step(model.config, batch, context)
-        row: dict[str, float | int | str | None] = {
-            "batch": batch,
-            "context": context,
-            "triton_step_ms": round(triton_ms, 3),
-            "torch_step_ms": round(torch_ms, 3),
-            "torch_over_triton": round(torch_ms / triton_ms, 2),
-            "triton_attention_layer_ms": round(triton_attn, 4),
-            "torch_attention_layer_ms": round(torch_attn, 4),
-            "attention_torch_over_triton": round(torch_attn / triton_attn, 2),
-            "weight_gbps": _gbps(weights, triton_ms),
-            "weight_plus_kv_gbps": _gbps(weights + kv, triton_ms),
-            "graph_step_ms": round(graph_ms, 3) if graph_ms is not None else None,
-            "graph_weight_gbps": _gbps(weights, graph_ms) if graph_ms is not None else None,
-            "graph_error": graph_error,
+        timed = {
+            "triton_step_ms": _attempt(partial(decode_step_ms, model, TritonAttention(), batch, context)),
+            "torch_step_ms": _attempt(partial(decode_step_ms, model, TorchAttention(), batch, context)),
+            "graph_step_ms": _attempt(partial(graph_step_ms, model, batch, context)),
+            "triton_attention_layer_ms": _attempt(
+                partial(attention_ms, TritonAttention(), model.config, batch, context)
+            ),
+            "torch_attention_layer_ms": _attempt(partial(attention_ms, TorchAttention(), model.config, batch, context)),
         }
-        if copy_gbps:
-            row["weight_fraction_of_copy"] = round(_gbps(weights, triton_ms) / copy_gbps, 3)
-            if graph_ms is not None:
-                row["graph_weight_fraction_of_copy"] = round(_gbps(weights, graph_ms) / copy_gbps, 3)
+        row: dict[str, float | int | str | None] = {"batch": batch, "context": context}
+        for name, (ms, error) in timed.items():
+            row[name] = round(ms, 4) if ms is not None else None
+            if error is not None:
+                row[name.replace("_ms", "_error")] = error
+        triton_ms, graph_ms = timed["triton_step_ms"][0], timed["graph_step_ms"][0]
+        row["torch_over_triton"] = _ratio(timed["torch_step_ms"][0], triton_ms)
+        row["attention_torch_over_triton"] = _ratio(
+            timed["torch_attention_layer_ms"][0], timed["triton_attention_layer_ms"][0]
+        )
+        kv = kv_bytes_per_step(model.config, batch, context)
+        for prefix, ms in (("", triton_ms), ("graph_", graph_ms)):
+            if ms is None:
+                continue
+            row[f"{prefix}weight_gbps"] = _gbps(weights, ms)
+            row[f"{prefix}weight_plus_kv_gbps"] = _gbps(weights + kv, ms)
+            if copy_gbps:
+                row[f"{prefix}weight_fraction_of_copy"] = round(_gbps(weights, ms) / copy_gbps, 3)
         rows.append(row)
     return rows

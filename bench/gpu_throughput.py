@@ -81,14 +81,16 @@ def run(model_path: Path, cap_s: float = 100.0) -> dict:
         "max_output_tokens": sum(sp.max_tokens for _, sp in workload),
     }
     for name, attention in (("triton", TritonAttention()), ("torch", TorchAttention())):
-        engine = _engine(model_path, loaded, attention)
         try:
-            asyncio.run(_drive(engine, warmup, cap_s))  # compiles the kernels outside the timed run
-            results[name] = asyncio.run(_drive(engine, workload, cap_s))
-        finally:
-            engine.shutdown()
+            engine = _engine(model_path, loaded, attention)
+            try:
+                asyncio.run(_drive(engine, warmup, cap_s))  # compiles the kernels outside the timed run
+                results[name] = asyncio.run(_drive(engine, workload, cap_s))
+            finally:
+                engine.shutdown()
+        except Exception as exc:  # one failing path must not hide the other's figure
+            results[name] = {"error": repr(exc)[:300]}
         torch.cuda.empty_cache()
-    results["triton_over_torch"] = round(
-        results["triton"]["output_tokens_per_s"] / max(results["torch"]["output_tokens_per_s"], 1e-9), 2
-    )
+    rates = [results[n].get("output_tokens_per_s") for n in ("triton", "torch")]
+    results["triton_over_torch"] = round(rates[0] / rates[1], 2) if rates[0] and rates[1] else None
     return results
