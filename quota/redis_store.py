@@ -71,6 +71,7 @@ class RedisQuotaService(QuotaService):
         self._down_since: float | None = None
         self._last_try = 0.0
         self._flush: asyncio.Task[int] | None = None
+        self._flush_lock = asyncio.Lock()
 
     @classmethod
     async def open(cls, settings: StoreSettings) -> RedisQuotaService:
@@ -210,16 +211,19 @@ class RedisQuotaService(QuotaService):
             reservation = replace(reservation, estimated_tokens=0, tpm_levels=(), lease_levels=(),
                                   budget_levels=budgets)
         work = _Settlement(reservation, prompt_tokens, completion_tokens)
-        if self._pending or not self._may_try():
-            self._pending.append(work)
+        if not self._pending and self._may_try():
+            try:
+                await self._write(work)
+            except REDIS_DOWN:
+                self._mark_down()
+                self._pending.append(work)
+            else:
+                self._mark_up()
             return
-        try:
-            await self._write(work)
-        except REDIS_DOWN:
-            self._mark_down()
-            self._pending.append(work)
-        else:
-            self._mark_up()
+        # Keep the order of what waits; this call may be the one that finds Redis back.
+        self._pending.append(work)
+        if self._may_try():
+            await self.flush_pending()
 
     async def _write(self, work: _Settlement) -> None:
         res = work.reservation
@@ -236,14 +240,20 @@ class RedisQuotaService(QuotaService):
         await self._batch.call(self._settle, keys, args)
 
     async def flush_pending(self) -> int:
-        """Writes settlements that waited for Redis, oldest first; returns how many are still waiting."""
-        while self._pending:
-            try:
-                await self._write(self._pending[0])
-            except REDIS_DOWN:
-                self._mark_down()
-                break
-            self._pending.popleft()
+        """Writes settlements that waited for Redis, oldest first; returns how many are still waiting.
+
+        One flush at a time: two would both write the head (harmless, settling is idempotent) and then
+        both pop, dropping an entry that was never written.
+        """
+        async with self._flush_lock:
+            while self._pending:
+                try:
+                    await self._write(self._pending[0])
+                except REDIS_DOWN:
+                    self._mark_down()
+                    break
+                self._pending.popleft()
+                self._down_since = None
         return len(self._pending)
 
     @property

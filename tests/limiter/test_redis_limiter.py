@@ -76,3 +76,12 @@ async def test_lua_calendar_matches_python(client: Redis, moment: str) -> None:
         libraries() + "\nreturn {month_index(tonumber(ARGV[1])), month_start(tonumber(ARGV[2]))}")
     got = await script(keys=[], args=[sec, month_index(sec) + 1])
     assert got == [month_index(sec), int(month_start(month_index(sec) + 1))]
+
+
+async def test_fixed_window_counts_exactly_and_says_when_it_ends(client: Redis) -> None:
+    limiter = RedisLimiter(client)
+    answers = await asyncio.gather(*(limiter.count("tg:{t}:fixed", window=3600, limit=40, cost=3)
+                                     for _ in range(100)))
+    assert sum(a.ok for a in answers) == 13
+    refused = next(a for a in answers if not a.ok)
+    assert refused.count == 39 and abs(refused.retry_after - (3600 - time.time() % 3600)) < 2

@@ -118,3 +118,25 @@ async def test_auth_may_use_the_last_known_key_when_its_policy_allows(redis_serv
     answer = await service.admit(unseen.keys[0], model="m", estimated_tokens=1, request_id="x")
     assert answer.unavailable and not answer.admitted
     await service.close()
+
+
+async def test_settlements_alone_find_redis_back_and_replay_in_order(durable: RedisServer,
+                                                                      tmp_path: Path) -> None:
+    service = await open_redis_store(durable, tmp_path)
+    tenant = await make_tenant(service, key={"max_concurrency": 10})
+    answers = [await service.admit(tenant.keys[0], model="m", estimated_tokens=50, request_id=f"r{n}")
+               for n in range(3)]
+    durable.kill()
+    await service.settle(answers[0].reservation, prompt_tokens=1, completion_tokens=1, model="m")
+    await service.settle(answers[1].reservation, prompt_tokens=2, completion_tokens=2, model="m")
+    assert isinstance(service, RedisQuotaService) and service.pending == 2
+    restart_durable(durable)
+    await asyncio.sleep(0.25)
+    await service.settle(answers[2].reservation, prompt_tokens=4, completion_tokens=4, model="m")
+    assert service.pending == 0 and not service.degraded
+    usage = await service.admin.usage(key_id=tenant.keys[0].id)
+    assert (usage.requests, usage.prompt_tokens) == (3, 7)
+    # Every lease was released by its replayed settlement.
+    assert sum([(await service.admit(tenant.keys[0], model="m", estimated_tokens=1, request_id=f"n{n}")).admitted
+                for n in range(10)]) == 10
+    await service.close()
