@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from backend.attention import AttentionMetadata
+from backend.attention import AttentionBackend, AttentionMetadata, TorchAttention
 from backend.kernels.activation import silu_and_mul
 from backend.kernels.fused_norm import add_rms_norm, rms_norm
 from backend.kernels.kv_write import write_kv
@@ -19,6 +19,7 @@ __all__ = [
     "TritonAttention",
     "add_rms_norm",
     "apply_rotary",
+    "attention_for_device",
     "build_cos_sin_cache",
     "paged_attention",
     "rms_norm",
@@ -53,3 +54,8 @@ class TritonAttention:
         return paged_attention(
             q, k_cache, v_cache, meta.query_start_loc, meta.context_lens, meta.block_tables, meta.max_query_len, scale
         )
+
+
+def attention_for_device(device: str) -> AttentionBackend:
+    """The attention to run on ``device``: Triton kernels on CUDA, the torch reference anywhere else."""
+    return TritonAttention() if device.startswith("cuda") else TorchAttention()

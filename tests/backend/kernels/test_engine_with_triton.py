@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from torch import nn
 
+from backend.attention import TorchAttention
 from backend.engine import Completion, Engine, EngineConfig
-from backend.kernels import TritonAttention
+from backend.kernels import TritonAttention, attention_for_device
 from backend.loader import LoadedModel
 from backend.sampling_params import SamplingParams
 from tests.backend import engine_fixtures
@@ -68,3 +69,9 @@ def test_greedy_tokens_prefix_hits_and_freed_blocks_match_torch_path(
     for engine in (reference_engine, triton_engine):
         stats = engine.stats()
         assert stats.kv_blocks_free == stats.kv_blocks_total and stats.num_running == 0
+
+
+def test_attention_for_device_picks_triton_only_on_cuda() -> None:
+    assert isinstance(attention_for_device("cuda"), TritonAttention)
+    assert isinstance(attention_for_device("cuda:1"), TritonAttention)
+    assert isinstance(attention_for_device("cpu"), TorchAttention)
