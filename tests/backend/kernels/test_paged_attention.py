@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -107,5 +109,14 @@ def test_empty_batch_returns_empty_output(device: torch.device, rng: torch.Gener
 def test_matches_torch_reference_backend(device: torch.device, rng: torch.Generator) -> None:
     batch = make_batch(MIXED, num_kv_heads=1, group=3, head_dim=64, dtype=torch.float32, device=device, rng=rng)
     scale = 64**-0.5
-    expected = TorchAttention().attend(batch.q, batch.k_cache, batch.v_cache, batch.meta, scale)
-    torch.testing.assert_close(_run(batch), expected, atol=2e-5, rtol=0)
+    m = batch.meta
+    # The torch path is the CPU reference: on a GPU run the kernel's output comes back to compare.
+    cpu_meta = dataclasses.replace(
+        m,
+        query_start_loc=m.query_start_loc.cpu(),
+        context_lens=m.context_lens.cpu(),
+        block_tables=m.block_tables.cpu(),
+        slot_mapping=m.slot_mapping.cpu(),
+    )
+    expected = TorchAttention().attend(batch.q.cpu(), batch.k_cache.cpu(), batch.v_cache.cpu(), cpu_meta, scale)
+    torch.testing.assert_close(_run(batch).cpu(), expected, atol=2e-5, rtol=0)
