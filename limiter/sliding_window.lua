@@ -1,61 +1,79 @@
--- Sliding windows over `slots` one-second slots. One hash can hold several series (one letter each, such as
--- 'r' for requests and 't' for tokens) as fields '<series><second>' -> count; exact at slot granularity.
+-- Sliding windows over `slots` one-second slots, exact at slot granularity. One hash can hold several
+-- series (one letter each, such as 'r' for requests and 't' for tokens): per series, fields '<tag><second>'
+-- hold each slot's count, '<tag>t' the running total and '<tag>o' the oldest slot that may hold units,
+-- so a check costs O(1) however full the window is (each slot is expired once).
 
--- Reads every series of a window hash, dropping slots that have left the window:
--- series letter -> {total = units inside the window, live = {{slot, count}, ...}, oldest = slot}.
-local function sw_read(key, sec, slots)
-  local raw = redis.call('HGETALL', key)
-  local series, stale = {}, {}
-  for i = 1, #raw, 2 do
-    local name = raw[i]
-    local slot = tonumber(string.sub(name, 2))
-    if slot > sec - slots then
-      local tag = string.sub(name, 1, 1)
-      local w = series[tag]
-      if not w then
-        w = {total = 0, live = {}, oldest = slot}
-        series[tag] = w
-      end
-      local count = tonumber(raw[i + 1])
-      w.total = w.total + count
-      w.live[#w.live + 1] = {slot, count}
-      if slot < w.oldest then w.oldest = slot end
-    else
-      stale[#stale + 1] = name
-    end
+-- Series `tag` of hash `key` from its stored total and oldest slot (strings or false), expiring the slots
+-- that have left the window.
+local function sw_window(key, tag, total, oldest, sec, slots)
+  local w = {key = key, tag = tag, total = tonumber(total) or 0, oldest = tonumber(oldest) or sec}
+  local first = sec - slots + 1  -- the oldest slot still inside the window
+  if w.total > 0 and w.oldest < first then
+    local stale = {}
+    for s = w.oldest, math.min(first - 1, w.oldest + slots - 1) do stale[#stale + 1] = tag .. s end
+    local counts = redis.call('HMGET', key, unpack(stale))
+    for i = 1, #stale do w.total = w.total - (tonumber(counts[i]) or 0) end
+    redis.call('HDEL', key, unpack(stale))
+    w.oldest = first
+    if w.total <= 0 then w.total, w.oldest = 0, sec end
+    redis.call('HSET', key, tag .. 't', w.total, tag .. 'o', w.oldest)
   end
-  if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
-  return series
+  return w
 end
 
-local SW_EMPTY = {total = 0, live = {}}
+local function sw_load(key, tag, sec, slots)
+  local state = redis.call('HMGET', key, tag .. 't', tag .. 'o')
+  return sw_window(key, tag, state[1], state[2], sec, slots)
+end
 
--- Milliseconds until `need` units have left the window `w` (from sw_read).
-local function sw_wait_ms(w, need, slots, now_ms, cost, limit)
+-- The counts of the window's live slots, oldest first: {{slot, count}, ...}.
+local function sw_slots(w, sec)
+  local names = {}
+  for s = w.oldest, sec do names[#names + 1] = w.tag .. s end
+  local counts = redis.call('HMGET', w.key, unpack(names))
+  local live = {}
+  for i = 1, #names do
+    local c = tonumber(counts[i])
+    if c and c > 0 then live[#live + 1] = {w.oldest + i - 1, c} end
+  end
+  return live
+end
+
+-- Milliseconds until `need` units have left the window (read only when refusing).
+local function sw_wait_ms(w, need, sec, slots, now_ms, cost, limit)
   if cost > limit then return slots * 1000 end
-  table.sort(w.live, function(a, b) return a[1] < b[1] end)
   local freed = 0
-  for _, e in ipairs(w.live) do
+  for _, e in ipairs(sw_slots(w, sec)) do
     freed = freed + e[2]
     if freed >= need then return math.max((e[1] + slots) * 1000 - now_ms, 0) end
   end
   return slots * 1000
 end
 
--- Milliseconds until the oldest counted unit (or one added now) leaves the window.
+-- Milliseconds until the oldest counted unit (or one added now) may leave the window.
 local function sw_reset_ms(w, sec, slots, now_ms)
-  return math.max(((w.oldest or sec) + slots) * 1000 - now_ms, 0)
+  local oldest = sec
+  if w.total > 0 then oldest = w.oldest end
+  return math.max((oldest + slots) * 1000 - now_ms, 0)
 end
 
-local function sw_add(key, tag, sec, cost, slots)
-  -- Only a new slot moves the expiry: the hash outlives its newest slot by one window.
-  if redis.call('HINCRBY', key, tag .. sec, cost) == cost then redis.call('EXPIRE', key, slots * 2) end
+-- Counts `cost` now. With `ttl`, a new slot sets the hash to expire (a hash that holds other state too
+-- passes none: expired slots are deleted by the next load anyway).
+local function sw_add(w, sec, cost, ttl)
+  if w.total <= 0 then w.oldest = sec end
+  w.total = w.total + cost
+  redis.call('HSET', w.key, w.tag .. 't', w.total, w.tag .. 'o', w.oldest)
+  if redis.call('HINCRBY', w.key, w.tag .. sec, cost) == cost and ttl then redis.call('EXPIRE', w.key, ttl) end
 end
 
 -- Corrects a slot still inside the window by `delta` (negative refunds), never below zero.
 local function sw_adjust(key, tag, slot, delta, sec, slots)
-  if slot <= sec - slots or delta == 0 then return end
+  if delta == 0 then return end
+  local w = sw_load(key, tag, sec, slots)
+  if slot <= sec - slots or slot < w.oldest or w.total <= 0 and delta < 0 then return end
   local field = tag .. slot
-  local count = tonumber(redis.call('HGET', key, field) or '0') + delta
-  if count > 0 then redis.call('HSET', key, field, count) else redis.call('HDEL', key, field) end
+  local count = tonumber(redis.call('HGET', key, field) or '0')
+  local change = math.max(count + delta, 0) - count
+  if count + change > 0 then redis.call('HSET', key, field, count + change) else redis.call('HDEL', key, field) end
+  redis.call('HINCRBY', key, tag .. 't', change)
 end

@@ -1,6 +1,6 @@
 -- One atomic check-and-reserve across the levels of one key: the key, its sub-account, its account.
--- KEYS, three per level: state hash (quota fields and budget counters), window hash ('r' requests,
---   't' tokens), lease set.
+-- KEYS, two per level: state hash (quota fields, budget counters, request window 'r' and token window
+--   't'), lease set.
 -- ARGV: estimated tokens, lease ttl (ms), lease member.
 -- Reply, space-separated: admitted, refused level (1-based, 0 if none), refused limit (1 rpm, 2 tpm,
 --   3 concurrency, 4 tokens_per_day, 5 tokens_per_month), retry (ms), second, day, month, limit/remaining/
@@ -10,18 +10,8 @@ local est, ttl_ms, member = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local sec, now_ms = server_time()
 local day, month = math.floor(sec / 86400), month_index(sec)
 local day_field, month_field = 'd' .. day, 'm' .. month
-local levels = #KEYS / 3
-local states, reply, quota_text = {}, {0, 0, 0, 0, sec, day, month, -1, -1, -1, -1, -1, -1}, {}
-for i = 1, levels do
-  local s = redis.call('HMGET', KEYS[(i - 1) * 3 + 1], 'rpm', 'tpm', 'max_concurrency', 'tokens_per_day',
-    'tokens_per_month', day_field, month_field)
-  for j = 1, 5 do
-    quota_text[#quota_text + 1] = s[j] or '-'
-    s[j] = tonumber(s[j]) or -1
-  end
-  s[6], s[7] = tonumber(s[6]) or 0, tonumber(s[7]) or 0
-  states[i] = s
-end
+local levels = #KEYS / 2
+local reply, quota_text = {0, 0, 0, 0, sec, day, month, -1, -1, -1, -1, -1, -1}, {}
 
 local function refuse(level, code, ms)
   if reply[2] == 0 then reply[2], reply[3], reply[4] = level, code, math.max(ms, 0) end
@@ -38,18 +28,24 @@ end
 local function check_window(i, w, limit, cost, code, at)
   local fits = w.total + cost <= limit
   offer(at, limit, limit - w.total - (fits and cost or 0), sw_reset_ms(w, sec, 60, now_ms))
-  if not fits then refuse(i, code, sw_wait_ms(w, w.total + cost - limit, 60, now_ms, cost, limit)) end
+  if not fits then refuse(i, code, sw_wait_ms(w, w.total + cost - limit, sec, 60, now_ms, cost, limit)) end
+  return w
 end
 
+local states = {}
 for i = 1, levels do
-  local base, s = (i - 1) * 3, states[i]
-  if s[1] >= 0 or s[2] >= 0 then
-    local windows = sw_read(KEYS[base + 2], sec, 60)
-    if s[1] >= 0 then check_window(i, windows['r'] or SW_EMPTY, s[1], 1, 1, 8) end
-    if s[2] >= 0 then check_window(i, windows['t'] or SW_EMPTY, s[2], est, 2, 11) end
+  local key = KEYS[(i - 1) * 2 + 1]
+  local s = redis.call('HMGET', key, 'rpm', 'tpm', 'max_concurrency', 'tokens_per_day', 'tokens_per_month',
+    day_field, month_field, 'rt', 'ro', 'tt', 'to')
+  for j = 1, 5 do
+    quota_text[#quota_text + 1] = s[j] or '-'
+    s[j] = tonumber(s[j]) or -1
   end
+  s[6], s[7] = tonumber(s[6]) or 0, tonumber(s[7]) or 0
+  if s[1] >= 0 then s.r = check_window(i, sw_window(key, 'r', s[8], s[9], sec, 60), s[1], 1, 1, 8) end
+  if s[2] >= 0 then s.t = check_window(i, sw_window(key, 't', s[10], s[11], sec, 60), s[2], est, 2, 11) end
   if reply[2] == 0 then
-    if s[3] >= 0 and lease_live(KEYS[base + 3], now_ms) >= s[3] then
+    if s[3] >= 0 and lease_live(KEYS[i * 2], now_ms) >= s[3] then
       refuse(i, 3, 1000)
     elseif s[4] >= 0 and s[6] + est > s[4] then
       refuse(i, 4, (day + 1) * 86400000 - now_ms)
@@ -57,18 +53,19 @@ for i = 1, levels do
       refuse(i, 5, month_start(month + 1) * 1000 - now_ms)
     end
   end
+  states[i] = s
 end
 
 if reply[2] == 0 then
   reply[1] = 1
   for i = 1, levels do
-    local base, s = (i - 1) * 3, states[i]
-    if s[1] >= 0 then sw_add(KEYS[base + 2], 'r', sec, 1, 60) end
-    if s[2] >= 0 then sw_add(KEYS[base + 2], 't', sec, est, 60) end
-    if s[3] >= 0 then lease_acquire(KEYS[base + 3], member, now_ms, ttl_ms) end
+    local key, s = KEYS[(i - 1) * 2 + 1], states[i]
+    if s.r then sw_add(s.r, sec, 1) end
+    if s.t then sw_add(s.t, sec, est) end
+    if s[3] >= 0 then lease_acquire(KEYS[i * 2], member, now_ms, ttl_ms) end
     if s[4] >= 0 or s[5] >= 0 then
-      fw_add(KEYS[base + 1], day_field, est, 'd' .. (day - 3))
-      fw_add(KEYS[base + 1], month_field, est, 'm' .. (month - 3))
+      fw_add(key, day_field, est, 'd' .. (day - 3))
+      fw_add(key, month_field, est, 'm' .. (month - 3))
     end
   end
 end

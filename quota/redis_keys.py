@@ -13,9 +13,10 @@ def tag(account_id: str) -> str:
 
 
 def level_keys(account_id: str, level: Level, level_id: str) -> list[str]:
-    """State hash (quota fields and budget counters), window hash, lease set: the scripts' keys per level."""
+    """The scripts' keys per level: a state hash (quota fields, budget counters, request and token
+    windows) and a lease set."""
     base = f"{tag(account_id)}:{SHORT[level]}:{level_id}"
-    return [f"{base}:state", f"{base}:windows", f"{base}:leases"]
+    return [f"{base}:state", f"{base}:leases"]
 
 
 def settled_key(account_id: str, reservation_id: str) -> str:

@@ -191,7 +191,7 @@ class RedisQuotaService(QuotaService):
             return
         if not reservation.lease_levels or not self._may_try():
             return
-        keys = [rk.level_keys(reservation.account_id, level, level_id)[2]
+        keys = [rk.level_keys(reservation.account_id, level, level_id)[1]
                 for level, level_id in reservation.levels() if level in reservation.lease_levels]
         try:
             await self._batch.call(self._renew, keys, [reservation.id, int(self._settings.lease_ttl * 1000)])

@@ -1,6 +1,6 @@
 -- Replaces a reservation's estimate with real usage, frees its leases and writes the ledger, once.
--- KEYS: settled marker, ledger hour hash, ledger day hash, hour index, day index, then three per level:
---   state hash, window hash, lease set.
+-- KEYS: settled marker, ledger hour hash, ledger day hash, hour index, day index, then two per level:
+--   state hash (budgets and windows), lease set.
 -- ARGV: lease member, second, day, month, estimate, prompt tokens, completion tokens, ledger field,
 --   then three per level: '1' when its token window holds the estimate, '1' when it holds a lease,
 --   '1' when its budgets count tokens.
@@ -10,10 +10,10 @@ local member, slot, day, month = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), 
 local prompt, completion = tonumber(ARGV[6]), tonumber(ARGV[7])
 local delta = prompt + completion - tonumber(ARGV[5])
 local sec = server_time()
-for i = 1, (#KEYS - 5) / 3 do
-  local base, flags = 5 + (i - 1) * 3, 8 + (i - 1) * 3
-  if ARGV[flags + 1] == '1' then sw_adjust(KEYS[base + 2], 't', slot, delta, sec, 60) end
-  if ARGV[flags + 2] == '1' then redis.call('ZREM', KEYS[base + 3], member) end
+for i = 1, (#KEYS - 5) / 2 do
+  local base, flags = 5 + (i - 1) * 2, 8 + (i - 1) * 3
+  if ARGV[flags + 1] == '1' then sw_adjust(KEYS[base + 1], 't', slot, delta, sec, 60) end
+  if ARGV[flags + 2] == '1' then redis.call('ZREM', KEYS[base + 2], member) end
   if ARGV[flags + 3] == '1' then
     fw_add(KEYS[base + 1], 'd' .. day, delta, 'd' .. (day - 3))
     fw_add(KEYS[base + 1], 'm' .. month, delta, 'm' .. (month - 3))

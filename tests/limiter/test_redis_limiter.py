@@ -85,3 +85,17 @@ async def test_fixed_window_counts_exactly_and_says_when_it_ends(client: Redis) 
     assert sum(a.ok for a in answers) == 13
     refused = next(a for a in answers if not a.ok)
     assert refused.count == 39 and abs(refused.retry_after - (3600 - time.time() % 3600)) < 2
+
+
+async def test_sliding_window_frees_units_as_their_slots_leave(client: Redis) -> None:
+    limiter = RedisLimiter(client)
+    key = "tg:{t}:short"
+    assert all([(await limiter.hit(key, limit=5, slots=2)).ok for _ in range(5)])
+    refused = await limiter.hit(key, limit=5, slots=2)
+    assert not refused.ok and 1.0 <= refused.retry_after <= 2.0
+    await asyncio.sleep(refused.retry_after + 0.05)
+    assert (await limiter.hit(key, limit=5, slots=2, cost=5)).ok  # the whole first slot has left
+    assert not (await limiter.hit(key, limit=5, slots=2)).ok
+    await asyncio.sleep(4.1)  # more than a window of silence: every slot has left at once
+    assert (await limiter.hit(key, limit=5, slots=2, cost=5)).ok
+    assert await client.hget(key, "wt") == "5"
