@@ -41,6 +41,7 @@ class RequestRecord:
     ttft: float | None = None
     e2e: float | None = None
     error: str | None = None
+    traceparent: str | None = None  # the W3C trace this request belongs to, to find its spans
     arrival: float = field(default_factory=time.monotonic)
     _written: bool = False
 
