@@ -3,10 +3,11 @@
 -- hold each slot's count, '<tag>t' the running total and '<tag>o' the oldest slot that may hold units,
 -- so a check costs O(1) however full the window is (each slot is expired once).
 
--- Series `tag` of hash `key` from its stored total and oldest slot (strings or false), expiring the slots
--- that have left the window.
-local function sw_window(key, tag, total, oldest, sec, slots)
-  local w = {key = key, tag = tag, total = tonumber(total) or 0, oldest = tonumber(oldest) or sec}
+-- Series `tag` of hash `key` from its stored total, oldest slot and current slot's count (strings or
+-- false, as HMGET gives them), expiring the slots that have left the window.
+local function sw_window(key, tag, total, oldest, current, sec, slots)
+  local w = {key = key, tag = tag, total = tonumber(total) or 0, oldest = tonumber(oldest) or sec,
+             current = tonumber(current) or 0}
   local first = sec - slots + 1  -- the oldest slot still inside the window
   if w.total > 0 and w.oldest < first then
     local stale = {}
@@ -22,8 +23,8 @@ local function sw_window(key, tag, total, oldest, sec, slots)
 end
 
 local function sw_load(key, tag, sec, slots)
-  local state = redis.call('HMGET', key, tag .. 't', tag .. 'o')
-  return sw_window(key, tag, state[1], state[2], sec, slots)
+  local state = redis.call('HMGET', key, tag .. 't', tag .. 'o', tag .. sec)
+  return sw_window(key, tag, state[1], state[2], state[3], sec, slots)
 end
 
 -- The counts of the window's live slots, oldest first: {{slot, count}, ...}.
@@ -57,13 +58,15 @@ local function sw_reset_ms(w, sec, slots, now_ms)
   return math.max((oldest + slots) * 1000 - now_ms, 0)
 end
 
--- Counts `cost` now. With `ttl`, a new slot sets the hash to expire (a hash that holds other state too
--- passes none: expired slots are deleted by the next load anyway).
-local function sw_add(w, sec, cost, ttl)
+-- Counts `cost` now: appends the fields to write to `out` (field, value, ...), so that a caller writes
+-- everything it changed in one HSET. Returns true when the slot is new.
+local function sw_stage(w, sec, cost, out)
   if w.total <= 0 then w.oldest = sec end
   w.total = w.total + cost
-  redis.call('HSET', w.key, w.tag .. 't', w.total, w.tag .. 'o', w.oldest)
-  if redis.call('HINCRBY', w.key, w.tag .. sec, cost) == cost and ttl then redis.call('EXPIRE', w.key, ttl) end
+  local n = #out
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4] = w.tag .. 't', w.total, w.tag .. 'o', w.oldest
+  out[n + 5], out[n + 6] = w.tag .. sec, w.current + cost
+  return w.current == 0
 end
 
 -- Corrects a slot still inside the window by `delta` (negative refunds), never below zero.

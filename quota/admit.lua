@@ -36,14 +36,16 @@ local states = {}
 for i = 1, levels do
   local key = KEYS[(i - 1) * 2 + 1]
   local s = redis.call('HMGET', key, 'rpm', 'tpm', 'max_concurrency', 'tokens_per_day', 'tokens_per_month',
-    day_field, month_field, 'rt', 'ro', 'tt', 'to')
+    day_field, month_field, 'rt', 'ro', 'r' .. sec, 'tt', 'to', 't' .. sec)
   for j = 1, 5 do
     quota_text[#quota_text + 1] = s[j] or '-'
     s[j] = tonumber(s[j]) or -1
   end
   s[6], s[7] = tonumber(s[6]) or 0, tonumber(s[7]) or 0
-  if s[1] >= 0 then s.r = check_window(i, sw_window(key, 'r', s[8], s[9], sec, 60), s[1], 1, 1, 8) end
-  if s[2] >= 0 then s.t = check_window(i, sw_window(key, 't', s[10], s[11], sec, 60), s[2], est, 2, 11) end
+  if s[1] >= 0 then s.r = check_window(i, sw_window(key, 'r', s[8], s[9], s[10], sec, 60), s[1], 1, 1, 8) end
+  if s[2] >= 0 then
+    s.t = check_window(i, sw_window(key, 't', s[11], s[12], s[13], sec, 60), s[2], est, 2, 11)
+  end
   if reply[2] == 0 then
     if s[3] >= 0 and lease_live(KEYS[i * 2], now_ms) >= s[3] then
       refuse(i, 3, 1000)
@@ -59,14 +61,16 @@ end
 if reply[2] == 0 then
   reply[1] = 1
   for i = 1, levels do
-    local key, s = KEYS[(i - 1) * 2 + 1], states[i]
-    if s.r then sw_add(s.r, sec, 1) end
-    if s.t then sw_add(s.t, sec, est) end
-    if s[3] >= 0 then lease_acquire(KEYS[i * 2], member, now_ms, ttl_ms) end
+    local key, s, out = KEYS[(i - 1) * 2 + 1], states[i], {}
+    if s.r then sw_stage(s.r, sec, 1, out) end
+    if s.t then sw_stage(s.t, sec, est, out) end
     if s[4] >= 0 or s[5] >= 0 then
-      fw_add(key, day_field, est, 'd' .. (day - 3))
-      fw_add(key, month_field, est, 'm' .. (month - 3))
+      local n = #out
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = day_field, s[6] + est, month_field, s[7] + est
+      if s[6] == 0 then redis.call('HDEL', key, 'd' .. (day - 3), 'm' .. (month - 3)) end  -- a new period
     end
+    if #out > 0 then redis.call('HSET', key, unpack(out)) end
+    if s[3] >= 0 then lease_acquire(KEYS[i * 2], member, now_ms, ttl_ms) end
   end
 end
 -- One bulk string instead of an array: a client parses one line, not dozens.
