@@ -151,6 +151,10 @@ def _run(args: argparse.Namespace, slo: Slo | None) -> list[dict[str, Any]]:
         if not summary["generator_kept_up"]:
             print(f"tidegate bench: the load generator fell behind: sent {summary['achieved_rate']:.2f} req/s "
                   f"of {summary['offered_rate']:.2f} req/s offered", file=sys.stderr)
+        if summary["client_bound"]:
+            print(f"tidegate bench: {label}: client-side queueing averaged {summary['mean_client_queue_ms']:.0f} ms "
+                  f"of {summary['mean_ttft_ms']:.0f} ms TTFT; the load generator may be the bottleneck",
+                  file=sys.stderr)
         summaries.append(summary)
     if args.sweep:
         print(format_sweep(summaries))

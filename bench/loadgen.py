@@ -27,6 +27,10 @@ from bench.workloads import Conversation, Message, Workload
 
 # An open-loop generator keeps up when it sends at least this share of the offered rate.
 KEEP_UP_RATIO = 0.95
+# Mean client-side queueing above this share of mean TTFT (and CLIENT_BOUND_MS) means the figures
+# describe the client as much as the server.
+CLIENT_BOUND_SHARE = 0.2
+CLIENT_BOUND_MS = 10.0
 
 
 class ProfileError(ValueError):
@@ -85,6 +89,8 @@ class RunResult:
         }
         out.update(summarize(self.records, self.duration, slo))
         out.update(self.pacing())
+        queue = out["mean_client_queue_ms"]
+        out["client_bound"] = queue > CLIENT_BOUND_MS and queue > CLIENT_BOUND_SHARE * out["mean_ttft_ms"]
         return out
 
     def pacing(self) -> dict[str, Any]:

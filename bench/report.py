@@ -57,6 +57,9 @@ def format_summary(s: dict[str, Any]) -> str:
     lines.append(f"{'Achieved send rate (req/s):':<44}{_num(s['achieved_rate']):>16}")
     if not s.get("generator_kept_up", True):
         lines.append("WARNING: the load generator fell behind its schedule; less load was offered than requested")
+    if s.get("client_bound"):
+        lines.append("WARNING: client-side queueing is a large share of TTFT; the load generator, not the "
+                     "server, may be the bottleneck")
     if not s.get("usage_reported", True):
         lines.append("NOTE: the server sent no usage; output tokens are counted as text chunks")
     lines.append("=" * 60)

@@ -104,6 +104,7 @@ def test_generator_that_falls_behind_says_so_and_charges_the_wait(mock: Mock, to
     # no coordinated omission: the wait for the connection is inside TTFT and reported as queueing
     assert s["p99_client_queue_ms"] > 500
     assert s["p99_ttft_ms"] > s["p99_client_queue_ms"]
+    assert s["client_bound"]  # the figures describe the client's pool, and the summary says so
 
 
 def test_duration_bounds_when_requests_are_sent(mock: Mock, tokenizer: PromptTokenizer) -> None:

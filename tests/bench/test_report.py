@@ -67,8 +67,9 @@ def test_csv_has_one_row_per_run_with_errors_by_status(tmp_path: Path) -> None:
 
 
 def test_console_table_shows_failures_and_a_generator_that_fell_behind() -> None:
-    summary = sample_run().summary() | {"generator_kept_up": False, "offered_rate": 50.0}
+    summary = sample_run().summary() | {"generator_kept_up": False, "offered_rate": 50.0, "client_bound": True}
     text = format_summary(summary)
+    assert "not the server, may be the bottleneck" in text
     assert "Serving Benchmark Result" in text
     assert "failed with 503:" in text
     assert "P99 TTFT (ms):" in text
