@@ -39,18 +39,29 @@ class SlidingWindow:
         while self._counts and self._counts[0][0] <= slot - self.slots:
             self._total -= self._counts.popleft()[1]
 
-    def check(self, now: float, cost: int, limit: int) -> WindowCheck:
+    def count(self, now: float) -> int:
+        """Units inside the window at `now` (expiring the slots that have left it)."""
         slot = int(now // self.slot_len)
         if self._counts and self._counts[0][0] <= slot - self.slots:
             self._expire(slot)
-        reset = (self._counts[0][0] + self.slots) * self.slot_len - now if self._counts else 0.0
-        if self._total + cost <= limit:
-            return WindowCheck(True, self._total, 0.0, reset)
-        return WindowCheck(False, self._total, self._retry_after(now, self._total + cost - limit, cost, limit), reset)
+        return self._total
 
-    def _retry_after(self, now: float, need: int, cost: int, limit: int) -> float:
+    def reset(self, now: float) -> float:
+        """Seconds until the oldest counted unit (or one added now) leaves the window."""
+        oldest = self._counts[0][0] if self._counts else int(now // self.slot_len)
+        return (oldest + self.slots) * self.slot_len - now
+
+    def check(self, now: float, cost: int, limit: int) -> WindowCheck:
+        used = self.count(now)
+        reset = self.reset(now) if self._counts else 0.0
+        if used + cost <= limit:
+            return WindowCheck(True, used, 0.0, reset)
+        return WindowCheck(False, used, self.retry_after(now, used + cost - limit, cost, limit), reset)
+
+    def retry_after(self, now: float, need: int, cost: int, limit: int) -> float:
+        """Seconds until `need` units have left the window; a full window when `cost` can never fit."""
         if cost > limit:
-            return self.slots * self.slot_len  # never fits; one full window is the honest upper bound
+            return self.slots * self.slot_len
         freed = 0
         for slot, count in self._counts:
             freed += count

@@ -19,7 +19,6 @@ from quota.records import Admission, Level, LimitName, Quota, RateInfo, Reservat
 
 # (level, id, "day" | "month", period index) -> tokens already used in that period.
 BudgetSeed = Callable[[Level, str, str, int], int]
-WINDOW = 60.0
 CONCURRENCY_RETRY = 1.0  # a slot frees when some request ends; a second is an honest first guess
 PRUNE_EVERY = 4096
 FORGET_AFTER = 2 * 86400.0  # an unsettled reservation older than this is no longer settleable
@@ -34,7 +33,8 @@ def reservation_id(request_id: str) -> str:
 
 @dataclass(slots=True)
 class Charge:
-    """One level that an admission must pass and charge; a key's charges run key first, account last."""
+    """One level that an admission must pass and charge; a key's charges are [key, sub-account, account],
+    without the middle one when the key has no sub-account."""
 
     level: Level
     id: str
@@ -58,10 +58,14 @@ class _Tightest:
     remaining: int | None = None
     reset: float | None = None
 
-    def offer(self, limit: int, remaining: int, reset: float) -> None:
-        remaining = max(remaining, 0)
+    def see(self, window: SlidingWindow, now: float, cost: int, limit: int) -> float | None:
+        """Weighs `window`'s room after this cost; returns the wait when the cost does not fit, else None."""
+        used = window.count(now)
+        fits = used + cost <= limit
+        remaining = max(limit - used - (cost if fits else 0), 0)
         if self.remaining is None or remaining < self.remaining:
-            self.limit, self.remaining, self.reset = limit, remaining, reset
+            self.limit, self.remaining, self.reset = limit, remaining, window.reset(now)
+        return None if fits else window.retry_after(now, used + cost - limit, cost, limit)
 
 
 class LocalAdmission:
@@ -93,15 +97,13 @@ class LocalAdmission:
                 counters = self._counters(charge, day, month)
                 q = charge.quota
                 if q.rpm is not None:
-                    chk = counters.requests.check(now, 1, q.rpm)
-                    requests.offer(q.rpm, q.rpm - chk.count - int(chk.ok), chk.reset or WINDOW - now % 1.0)
-                    if not chk.ok and refusal is None:
-                        refusal = (charge.level, LimitName.rpm, chk.retry_after)
+                    wait = requests.see(counters.requests, now, 1, q.rpm)
+                    if wait is not None and refusal is None:
+                        refusal = (charge.level, LimitName.rpm, wait)
                 if q.tpm is not None:
-                    chk = counters.tokens.check(now, est, q.tpm)
-                    tokens.offer(q.tpm, q.tpm - chk.count - est * int(chk.ok), chk.reset or WINDOW - now % 1.0)
-                    if not chk.ok and refusal is None:
-                        refusal = (charge.level, LimitName.tpm, chk.retry_after)
+                    wait = tokens.see(counters.tokens, now, est, q.tpm)
+                    if wait is not None and refusal is None:
+                        refusal = (charge.level, LimitName.tpm, wait)
                 if refusal is not None:
                     continue
                 if q.max_concurrency is not None and counters.leases.live(now) >= q.max_concurrency:
@@ -117,7 +119,7 @@ class LocalAdmission:
                 return Admission(False, None, level, limit, max(retry, 0.0), rate)
             reservation = Reservation(
                 id=reservation_id(request_id), request_id=request_id, key_id=key_id,
-                sub_account_id=_id_at(charges, Level.sub_account), account_id=charges[-1].id, model=model,
+                sub_account_id=charges[1].id if len(charges) == 3 else None, account_id=charges[-1].id, model=model,
                 estimated_tokens=est, slot=sec, day=day, month=month, local=True,
             )
             self._commit(charges, now, reservation)
@@ -197,8 +199,3 @@ class LocalAdmission:
 
     def is_open(self, reservation: Reservation) -> bool:
         return reservation.id in self._open
-
-
-def _id_at(charges: list[Charge], level: Level) -> str | None:
-    return next((c.id for c in charges if c.level is level), None)
-
