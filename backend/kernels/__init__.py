@@ -51,8 +51,10 @@ class TritonAttention:
         scale: float,
     ) -> torch.Tensor:
         """Causal attention of queries ``[T, heads, head_dim]`` over each sequence's cached context."""
+        m = meta
         return paged_attention(
-            q, k_cache, v_cache, meta.query_start_loc, meta.context_lens, meta.block_tables, meta.max_query_len, scale
+            q, k_cache, v_cache, m.query_start_loc, m.context_lens, m.block_tables, m.max_query_len, scale,
+            max_context_len=m.max_context_len,
         )
 
 

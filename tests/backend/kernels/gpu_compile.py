@@ -39,19 +39,28 @@ def _variants() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
     norm = importlib.import_module("backend.kernels.fused_norm")._rms_norm_kernel
     silu = importlib.import_module("backend.kernels.activation")._silu_and_mul_kernel
     rotary = importlib.import_module("backend.kernels.rotary")._rotary_kernel
-    ints = {"query_start_loc_ptr": "*i32", "context_lens_ptr": "*i32", "block_tables_ptr": "*i32"}
+    merge = importlib.import_module("backend.kernels.paged_attention")._merge_splits_kernel
+    ints = {
+        "query_start_loc_ptr": "*i32", "context_lens_ptr": "*i32", "block_tables_ptr": "*i32",
+        "partial_acc_ptr": "*fp32", "partial_ml_ptr": "*fp32",
+    }
 
-    def attention(dtype: str, group: int, group_pad: int, head_dim: int, block_q: int) -> dict[str, Any]:
+    def attention(
+        dtype: str, group: int, group_pad: int, head_dim: int, block_q: int, split: bool = False
+    ) -> dict[str, Any]:
         return {
             "GROUP": group, "GROUP_PAD": group_pad, "HEAD_DIM": head_dim, "BLOCK_D": head_dim,
             "BLOCK_Q": block_q, "BLOCK_N": 32, "PRECISION": "ieee" if dtype == "fp32" else "tf32",
-            "DOT_FP32": False,
+            "DOT_FP32": False, "SPLIT_KV": split,
         }
 
     return [
         ("attention bf16 decode, Llama-3-8B heads", attn, {"*": "*bf16", **ints}, attention("bf16", 8, 8, 128, 2)),
         ("attention fp16 prefill, SmolLM2 heads", attn, {"*": "*fp16", **ints}, attention("fp16", 3, 4, 64, 16)),
         ("attention fp32 decode", attn, {"*": "*fp32", **ints}, attention("fp32", 1, 1, 64, 16)),
+        ("attention bf16 split-context decode", attn, {"*": "*bf16", **ints}, attention("bf16", 8, 8, 128, 2, True)),
+        ("merge of split contexts bf16", merge, {"*": "*bf16", **ints},
+         {"HEAD_DIM": 128, "BLOCK_D": 128, "SPLITS_PAD": 8}),
         ("kv_write fp32 rows into bf16 cache", kv, {"*": "*bf16", "k_ptr": "*fp32", "v_ptr": "*fp32",
                                                    "slot_mapping_ptr": "*i64"}, {"HEAD_DIM": 128, "BLOCK_D": 128}),
         ("add_rms_norm bf16", norm, {"*": "*bf16"}, {"HAS_RESIDUAL": True, "BLOCK": 4096}),

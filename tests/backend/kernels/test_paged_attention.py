@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from backend.attention import TorchAttention
-from backend.kernels import paged_attention
+from backend.kernels import TritonAttention, paged_attention
+from backend.kernels.paged_attention import decode_splits
 from tests.backend.kernels.paged_batch import PagedBatch, SeqSpec, dense_attention, make_batch
 
 TOLERANCE = {torch.float32: 2e-5, torch.float16: 3e-3, torch.bfloat16: 3e-2}
@@ -120,3 +121,45 @@ def test_matches_torch_reference_backend(device: torch.device, rng: torch.Genera
     )
     expected = TorchAttention().attend(batch.q.cpu(), batch.k_cache.cpu(), batch.v_cache.cpu(), cpu_meta, scale)
     torch.testing.assert_close(_run(batch).cpu(), expected, atol=2e-5, rtol=0)
+
+
+DECODES = [
+    SeqSpec(1, 1),
+    SeqSpec(1, 17),
+    SeqSpec(1, 300),
+    SeqSpec(0, 10),  # a sequence with nothing new this step
+    SeqSpec(1, 64),
+    SeqSpec(1, 65, shares_prefix_with=4),
+]
+
+
+@pytest.mark.parametrize("num_splits", [3, 16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_split_context_decode_matches_dense_attention(
+    num_splits: int, dtype: torch.dtype, device: torch.device, rng: torch.Generator
+) -> None:
+    batch = make_batch(
+        DECODES, num_kv_heads=2, group=4, head_dim=64, dtype=dtype, device=device, rng=rng, num_padded_rows=2
+    )
+    m = batch.meta
+    out = paged_attention(
+        batch.q, batch.k_cache, batch.v_cache, m.query_start_loc, m.context_lens, m.block_tables, 1, 64**-0.5,
+        max_context_len=m.max_context_len, num_splits=num_splits,
+    )
+    assert torch.count_nonzero(out[-2:]) == 0
+    _assert_matches_oracle(batch, out)
+
+
+def test_backend_splits_a_lone_long_decode_and_still_matches(device: torch.device, rng: torch.Generator) -> None:
+    batch = make_batch([SeqSpec(1, 300)], num_kv_heads=2, group=3, head_dim=128, dtype=torch.float16, device=device, rng=rng)
+    assert decode_splits(1, 2, batch.meta.max_context_len) > 1
+    out = TritonAttention().attend(batch.q, batch.k_cache, batch.v_cache, batch.meta, 128**-0.5)
+    _assert_matches_oracle(batch, out)
+
+
+def test_decode_splits_only_when_few_programs_would_run() -> None:
+    assert decode_splits(num_seqs=1, num_kv_heads=8, max_context_len=512) == 8  # 64 keys per split
+    assert decode_splits(num_seqs=16, num_kv_heads=8, max_context_len=512) == 2
+    assert decode_splits(num_seqs=128, num_kv_heads=8, max_context_len=512) == 1
+    assert decode_splits(num_seqs=1, num_kv_heads=1, max_context_len=10) == 1
+    assert decode_splits(num_seqs=1, num_kv_heads=1, max_context_len=100_000) == 16
