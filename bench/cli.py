@@ -84,21 +84,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     plan.add_argument("--headroom", type=float, default=1.0, help="multiplier over the peak, e.g. 1.3")
     plan.add_argument("--slo-attainment", type=float, default=0.95,
                       help="share of requests that must meet the SLO (default 0.95)")
-    plan.add_argument("--from-json", type=Path, help="plan from a saved sweep instead of running one")
+    plan.add_argument("--from-json", type=Path,
+                      help="re-read a saved run or sweep instead of sending requests (table, --csv, --png, --plan)")
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the benchmark (or plan from a saved sweep); returns the process exit code."""
+    """Run the benchmark (or re-read a saved one); returns the process exit code."""
     try:
         slo = Slo.parse(args.slo) if args.slo else None
         if args.plan and (slo is None or args.peak_qps is None):
             raise UsageError("--plan needs --slo and --peak-qps")
         if args.from_json is not None:
-            if not args.plan:
-                raise UsageError("--from-json is only read by --plan")
+            if args.json is not None and args.json.resolve() == args.from_json.resolve():
+                raise UsageError("--json would overwrite --from-json")
+            # saved per-request records are re-judged against the new SLO; nothing is sent
             summaries = [_with_slo(s, slo) for s in read_summaries(args.from_json)]
-            return _plan(args, summaries, slo)
-        summaries = _run(args, slo)
+            sweep = all(s.get("max_concurrency") is not None for s in summaries)
+            print(format_sweep(summaries) if sweep else format_summary(summaries[0]))
+        else:
+            sweep = bool(args.sweep)
+            summaries = _run(args, slo)
+        if (args.png or args.plan) and not sweep:
+            raise UsageError("--png and --plan need a sweep: give --sweep, or --from-json with a saved one")
     except (UsageError, SloError, ProfileError, WorkloadError, TokenizerError, PlanError, ValueError) as exc:
         print(f"tidegate bench: {exc}", file=sys.stderr)
         return 2
@@ -108,21 +115,32 @@ def main(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("\ntidegate bench: interrupted; nothing written", file=sys.stderr)
         return 130
-    try:
-        status = _plan(args, summaries, slo) if args.plan else 0
-    except PlanError as exc:
-        print(f"tidegate bench: {exc}", file=sys.stderr)
-        status = 1
-    return 1 if not any(s["completed"] for s in summaries) else status
+    status = 0 if any(s["completed"] for s in summaries) else 1
+    data: dict[str, Any] = {"sweep": summaries} if sweep else summaries[0]
+    if args.plan:
+        try:
+            plan = plan_capacity(summaries, args.peak_qps, args.headroom, args.slo_attainment)
+            print(plan.describe())
+            data["plan"] = plan.to_dict()
+        except PlanError as exc:
+            print(f"tidegate bench: {exc}", file=sys.stderr)
+            status = 1
+    if args.json:
+        write_json(args.json, data)
+    if args.csv:
+        write_csv(args.csv, summaries)
+    if args.png:
+        first = summaries[0]
+        plot_sweep(args.png, summaries, f"{first.get('model', '')}: {first.get('input_len')} in / "
+                                        f"{first.get('output_len')} out")
+    return status
 
 
 def _run(args: argparse.Namespace, slo: Slo | None) -> list[dict[str, Any]]:
     if not args.base_url or not args.model:
         raise UsageError("--base-url and --model are required")
-    if args.plan and not args.sweep:
-        raise UsageError("--plan needs a sweep: give --sweep, or --from-json with a saved one")
-    if args.png and not args.sweep:
-        raise UsageError("--png plots a sweep; give --sweep")
+    if (args.plan or args.png) and not args.sweep:
+        raise UsageError("--png and --plan need a sweep: give --sweep, or --from-json with a saved one")
     target = Target(args.base_url, args.model, args.api_key, args.endpoint, args.timeout, args.ignore_eos)
     spec = WorkloadSpec(args.input_len, args.output_len, args.range_ratio, args.shared_prefix_len,
                         args.num_prefixes, args.multi_turn, args.dataset)
@@ -148,23 +166,21 @@ def _run(args: argparse.Namespace, slo: Slo | None) -> list[dict[str, Any]]:
             summary["requests"] = [r.to_dict() for r in result.records]
         if not args.sweep:
             print(format_summary(summary))
-        if not summary["generator_kept_up"]:
-            print(f"tidegate bench: the load generator fell behind: sent {summary['achieved_rate']:.2f} req/s "
-                  f"of {summary['offered_rate']:.2f} req/s offered", file=sys.stderr)
-        if summary["client_bound"]:
-            print(f"tidegate bench: {label}: client-side queueing averaged {summary['mean_client_queue_ms']:.0f} ms "
-                  f"of {summary['mean_ttft_ms']:.0f} ms TTFT; the load generator may be the bottleneck",
-                  file=sys.stderr)
+        _warn(label, summary)
         summaries.append(summary)
     if args.sweep:
         print(format_sweep(summaries))
-    if args.json:
-        write_json(args.json, {"sweep": summaries} if args.sweep else summaries[0])
-    if args.csv:
-        write_csv(args.csv, summaries)
-    if args.png:
-        plot_sweep(args.png, summaries, f"{args.model}: {args.input_len} in / {args.output_len} out")
     return summaries
+
+
+def _warn(label: str, summary: dict[str, Any]) -> None:
+    if not summary["generator_kept_up"]:
+        print(f"tidegate bench: {label}: the load generator fell behind: sent {summary['achieved_rate']:.2f} "
+              f"req/s of {summary['offered_rate']:.2f} req/s offered", file=sys.stderr)
+    if summary["client_bound"]:
+        print(f"tidegate bench: {label}: client-side queueing averaged {summary['mean_client_queue_ms']:.0f} ms "
+              f"of {summary['mean_ttft_ms']:.0f} ms TTFT; the load generator may be the bottleneck",
+              file=sys.stderr)
 
 
 def _tokenizer(args: argparse.Namespace) -> PromptTokenizer | None:
@@ -182,14 +198,3 @@ def _with_slo(summary: dict[str, Any], slo: Slo | None) -> dict[str, Any]:
         return summary
     records = [RequestRecord.from_dict(r) for r in summary["requests"]]
     return summary | summarize(records, summary["duration"], slo)
-
-
-def _plan(args: argparse.Namespace, summaries: list[dict[str, Any]], slo: Slo | None) -> int:
-    plan = plan_capacity(summaries, args.peak_qps, args.headroom, args.slo_attainment)
-    print(plan.describe())
-    if args.json:
-        data = {"sweep": summaries, "plan": plan.to_dict()}
-        if args.from_json is not None and args.json.resolve() == args.from_json.resolve():
-            raise UsageError("--json would overwrite --from-json")
-        write_json(args.json, data)
-    return 0

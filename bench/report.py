@@ -133,6 +133,11 @@ def plot_sweep(path: Path, summaries: Sequence[dict[str, Any]], title: str = "")
         ax.set_xlabel("concurrency")
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
+    for s in summaries:  # failed requests are missing from every curve, so they are named on the plot
+        if s["failed"]:
+            axes[2].annotate(f"{s['failed']} failed", (s["max_concurrency"], s["output_throughput"]),
+                             textcoords="offset points", xytext=(0, -14), ha="center", color="tab:red",
+                             fontsize=8)
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -60,9 +60,19 @@ def test_sweep_plots_and_plans(mock: Mock, tmp_path: Path, capsys: pytest.Captur
 
     # the saved records are re-judged against a new SLO without sending anything: nothing meets 1 ms
     code = main(["bench", "--plan", "--from-json", str(tmp_path / "s.json"), "--slo", "ttft:1",
-                 "--peak-qps", "30"])
-    assert code == 2
-    assert "no swept level meets the SLO" in capsys.readouterr().err
+                 "--peak-qps", "30", "--png", str(tmp_path / "again.png"), "--csv", str(tmp_path / "again.csv")])
+    assert code == 1
+    captured = capsys.readouterr()
+    assert "no swept level meets the SLO" in captured.err
+    assert "| conc |" in captured.out
+    assert (tmp_path / "again.png").read_bytes().startswith(b"\x89PNG")
+    with (tmp_path / "again.csv").open() as fh:
+        assert [row["slo"] for row in csv.DictReader(fh)] == ["ttft:1"] * 3
+
+
+def test_from_json_of_a_missing_file_fails_cleanly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--from-json", str(tmp_path / "absent.json")]) == 1
+    assert capsys.readouterr().err.startswith("tidegate bench:")
 
 
 def test_unreachable_server_exits_nonzero_with_errors_counted(capsys: pytest.CaptureFixture[str]) -> None:
@@ -75,15 +85,15 @@ def test_unreachable_server_exits_nonzero_with_errors_counted(capsys: pytest.Cap
 @pytest.mark.parametrize(("argv", "message"), [
     (["--model", "m"], "--base-url and --model are required"),
     (["--base-url", "http://x", "--model", "m", "--slo", "ttft:fast"], "not a number"),
-    (["--base-url", "http://x", "--model", "m", "--png", "p.png"], "--png plots a sweep"),
+    (["--base-url", "http://x", "--model", "m", "--png", "p.png"], "--png and --plan need a sweep"),
     (["--base-url", "http://x", "--model", "m", "--plan"], "--plan needs --slo and --peak-qps"),
     (["--base-url", "http://x", "--model", "m", "--plan", "--slo", "ttft:5", "--peak-qps", "3"],
-     "--plan needs a sweep"),
+     "--png and --plan need a sweep"),
     (["--base-url", "ftp://x", "--model", "m"], "http:// or https://"),
     (["--base-url", "http://x", "--model", "m", "--concurrency", "0"], "--concurrency must be at least 1"),
     (["--base-url", "http://x", "--model", "m", "--input-len", "0"], "--input-len"),
     (["--base-url", "http://x", "--model", "m", "--dataset", "/nonexistent.jsonl"], "cannot read dataset"),
-    (["--from-json", "x.json"], "--from-json is only read by --plan"),
+    (["--from-json", "x.json", "--json", "x.json"], "--json would overwrite --from-json"),
 ])
 def test_bad_flags_exit_2_with_a_reason(argv: list[str], message: str,
                                         capsys: pytest.CaptureFixture[str]) -> None:
