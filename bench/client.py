@@ -124,7 +124,7 @@ async def _read_stream(response: httpx.Response, record: RequestRecord, t0: floa
     if not record.usage_reported:
         record.output_tokens = len(record.chunk_times)  # one token per chunk is the best guess left
     if record.error is None and not done:
-        record.error = "truncated"  # the stream closed without [DONE]
+        record.error, record.error_detail = "truncated", "the stream closed without data: [DONE]"
     elif record.error is None and not record.chunk_times:
         record.error = "no_tokens"
 
