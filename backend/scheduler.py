@@ -64,10 +64,10 @@ class Scheduler:
 
     def _check_room(self, seq: Sequence) -> None:
         if len(self.waiting) >= self.max_waiting:
-            raise EngineOverloaded(f"waiting queue is full ({self.max_waiting} requests)", self._retry_after())
+            raise EngineOverloaded(f"waiting queue is full ({self.max_waiting} requests)", self.retry_after())
         if self.waiting_tokens + seq.num_tokens > self.max_waiting_tokens:
             raise EngineOverloaded(
-                f"waiting queue is full ({self.max_waiting_tokens} prompt tokens)", self._retry_after()
+                f"waiting queue is full ({self.max_waiting_tokens} prompt tokens)", self.retry_after()
             )
 
     def schedule(self) -> ScheduledBatch:
@@ -171,5 +171,6 @@ class Scheduler:
         bisect.insort(self.waiting, seq, key=lambda s: s.sort_key)
         self.waiting_tokens += seq.num_tokens
 
-    def _retry_after(self) -> float:
+    def retry_after(self) -> float:
+        """Seconds a refused caller should wait before trying again."""
         return max(1.0, min(self.queue_timeout, 5.0))
