@@ -15,10 +15,10 @@ OUT=$(mktemp -d)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "nvidia-smi not available"
 # Per-phase wall limits (seconds); they sum to 470.
 phase() { echo "== $1 (limit $2 s)"; timeout --kill-after=5 "$2" "$PY" -m bench.gpu_check "$1" --out "$OUT" || echo "== $1 ended with status $?"; }
-phase kernels 150
+phase kernels 170
 phase micro 30
 phase decode 110
-phase throughput 180
+phase throughput 160
 "$PY" -m bench.gpu_check report --out "$OUT" --json "$RESULT"
 status=$?
 echo "JSON: $RESULT"
