@@ -93,6 +93,9 @@ def _table(results: dict) -> str:
         lines.append(f"measured copy bandwidth: {micro['copy_gbps']} GB/s")
         lines.append("| fused op | tokens | torch ms | fused ms | speedup |")
         for r in micro["fusions"]:
+            if "error" in r:
+                lines.append(f"| {r['op']} | {r['tokens']} | failed: {r['error']} | | |")
+                continue
             lines.append(f"| {r['op']} | {r['tokens']} | {r['torch_ms']} | {r['fused_ms']} | {r['speedup']}x |")
     decode_rows = results.get("decode", {}).get("rows", [])
     if decode_rows:
