@@ -18,7 +18,8 @@ import torch
 DEVICE = os.environ.get("TIDEGATE_KERNEL_DEVICE", "cpu")
 
 
-def _import_kernels_interpreted() -> None:
+def _import_kernels_interpreted() -> str | None:
+    """Import backend.kernels for the interpreter; return why that is impossible in this process, or None."""
     previous = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"
     try:
@@ -28,7 +29,7 @@ def _import_kernels_interpreted() -> None:
         from triton.runtime.interpreter import InterpretedFunction
 
         if not isinstance(standard.sum, InterpretedFunction):
-            raise RuntimeError(
+            return (
                 "triton was imported before tests/backend/kernels/conftest.py could select its CPU "
                 "interpreter; run the kernel tests in their own process: pytest tests/backend/kernels"
             )
@@ -37,6 +38,7 @@ def _import_kernels_interpreted() -> None:
             for name in [n for n in sys.modules if n == "backend.kernels" or n.startswith("backend.kernels.")]:
                 del sys.modules[name]
         importlib.import_module("backend.kernels")
+        return None
     finally:
         if previous is None:
             del os.environ["TRITON_INTERPRET"]
@@ -44,8 +46,14 @@ def _import_kernels_interpreted() -> None:
             os.environ["TRITON_INTERPRET"] = previous
 
 
-if DEVICE == "cpu":
-    _import_kernels_interpreted()
+_UNUSABLE = _import_kernels_interpreted() if DEVICE == "cpu" else None
+
+
+@pytest.fixture(autouse=True)
+def _interpreter_ready() -> None:
+    # Fail these tests, with the reason, rather than stop the collection of everyone else's.
+    if _UNUSABLE is not None:
+        pytest.fail(_UNUSABLE)
 
 
 @pytest.fixture
