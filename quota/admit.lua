@@ -2,7 +2,7 @@
 -- KEYS, two per level: state hash (quota fields, budget counters, request window 'r' and token window
 --   't'), lease set.
 -- ARGV: estimated tokens, lease ttl (ms), lease member.
--- Reply, space-separated: admitted, refused level (1-based, 0 if none), refused limit (1 rpm, 2 tpm,
+-- Reply, an array: admitted, refused level (1-based, 0 if none), refused limit (1 rpm, 2 tpm,
 --   3 concurrency, 4 tokens_per_day, 5 tokens_per_month), retry (ms), second, day, month, limit/remaining/
 --   reset (ms) of the tightest request window and token window (-1 when none), then each level's five
 --   quotas as stored ('-' when unlimited).
@@ -73,5 +73,5 @@ if reply[2] == 0 then
     if s[3] >= 0 then lease_acquire(KEYS[i * 2], member, now_ms, ttl_ms) end
   end
 end
--- One bulk string instead of an array: a client parses one line, not dozens.
-return table.concat(reply, ' ') .. ' ' .. table.concat(quota_text, ' ')
+for _, q in ipairs(quota_text) do reply[#reply + 1] = q end
+return reply

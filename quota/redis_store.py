@@ -11,6 +11,7 @@ import contextlib
 import time
 from collections import deque
 from dataclasses import dataclass, replace
+from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
@@ -25,7 +26,7 @@ from quota.local_admission import Charge, LocalAdmission, reservation_id
 from quota.records import Admission, ApiKey, KeyInfo, Level, LimitName, Quota, RateInfo, Reservation
 from quota.redis_catalog import RedisCatalog, ledger_field
 from quota.redis_down import local_quota
-from quota.script_batch import ScriptBatcher
+from quota.script_batch import PackedKeys, ScriptBatcher
 from quota.service import QuotaService, StoreUnavailable
 
 REDIS_DOWN = (RedisError, OSError, asyncio.TimeoutError)
@@ -41,7 +42,7 @@ class _KeyPlan:
     """A key's levels and the admit script's keys for them, built once per key."""
 
     levels: list[tuple[Level, str]]
-    keys: list[bytes]
+    keys: PackedKeys
     raw_quotas: list[str] | None = None
     charges: list[Charge] | None = None
 
@@ -131,8 +132,8 @@ class RedisQuotaService(QuotaService):
             if key.sub_account_id is not None:
                 levels.append((Level.sub_account, key.sub_account_id))
             levels.append((Level.account, key.account_id))
-            # Encoded once: packing a dozen arguments per admission is most of the client's CPU time.
-            keys = [k.encode() for level, level_id in levels for k in rk.level_keys(key.account_id, level, level_id)]
+            # Packed once: packing the keys on every admission was most of the client's CPU time.
+            keys = PackedKeys([k for level, level_id in levels for k in rk.level_keys(key.account_id, level, level_id)])
             plan = self._plans[key.id] = _KeyPlan(levels, keys)
         return plan
 
@@ -147,14 +148,13 @@ class RedisQuotaService(QuotaService):
                 self._mark_down()
             else:
                 self._mark_up()
-                return self._answer(plan, key, reply.split(), member, model, estimated_tokens, request_id)
+                return self._answer(plan, key, reply, member, model, estimated_tokens, request_id)
         return self._fallback(plan, key, model, estimated_tokens, request_id)
 
-    def _answer(self, plan: _KeyPlan, key: KeyInfo, words: list[str], member: str, model: str,
+    def _answer(self, plan: _KeyPlan, key: KeyInfo, reply: list[Any], member: str, model: str,
                 estimated_tokens: int, request_id: str) -> Admission:
-        reply = [int(w) for w in words[:13]]
         admitted, level, code, wait_ms, sec, day, month = reply[:7]
-        charges = _charges(plan, words[13:])
+        charges = _charges(plan, reply[13:])
         rate = RateInfo(*_window(reply[7:10]), *_window(reply[10:13]))
         if not admitted:
             return Admission(False, None, plan.levels[level - 1][0], LIMIT_CODES[code - 1], wait_ms / 1000, rate)

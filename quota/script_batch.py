@@ -1,7 +1,9 @@
 """Sends concurrent Lua script calls to Redis together: each call stays one EVALSHA, many share one write.
 
 Admissions that arrive while a batch is in flight wait for the next one, so batches grow with load and
-a burst of thousands costs a few round trips instead of thousands of connections.
+a burst of thousands costs a few writes instead of thousands of connections. Commands are packed here
+(a key's script keys are packed once, see `PackedKeys`) and written on a pooled redis-py connection, which
+keeps doing the handshake, TLS, timeouts and reply parsing.
 """
 
 from __future__ import annotations
@@ -12,10 +14,32 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 MAX_BATCH = 512
-_Call = tuple[AsyncScript, Sequence[str | bytes], list[Any], "asyncio.Future[Any]"]
+
+
+def _bulk(value: str | bytes | int | float) -> bytes:
+    data = value if isinstance(value, bytes) else str(value).encode()
+    return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+class PackedKeys:
+    """Script keys in wire form, packed once and reused by every call that names them."""
+
+    __slots__ = ("count", "wire")
+
+    def __init__(self, keys: Sequence[str]) -> None:
+        self.count = len(keys)
+        self.wire = b"".join(_bulk(k) for k in keys)
+
+
+_Call = tuple[AsyncScript, PackedKeys, Sequence[Any], "asyncio.Future[Any]"]
+
+
+def _pack(script: AsyncScript, keys: PackedKeys, args: Sequence[Any]) -> bytes:
+    head = b"*%d\r\n$7\r\nEVALSHA\r\n" % (3 + keys.count + len(args))
+    return head + _bulk(script.sha) + _bulk(keys.count) + keys.wire + b"".join(_bulk(a) for a in args)
 
 
 class ScriptBatcher:
@@ -25,10 +49,11 @@ class ScriptBatcher:
         self._senders: set[asyncio.Task[None]] = set()
         self._in_flight = in_flight
 
-    async def call(self, script: AsyncScript, keys: Sequence[str | bytes], args: list[Any]) -> Any:
+    async def call(self, script: AsyncScript, keys: PackedKeys | Sequence[str], args: Sequence[Any]) -> Any:
         """Runs `script` as part of the next batch; raises what Redis or the connection raised."""
+        packed = keys if isinstance(keys, PackedKeys) else PackedKeys(keys)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append((script, keys, args, future))
+        self._queue.append((script, packed, args, future))
         if len(self._senders) < self._in_flight:
             task = asyncio.create_task(self._drain())
             self._senders.add(task)
@@ -56,19 +81,32 @@ class ScriptBatcher:
                     future.set_result(result)
 
     async def _send(self, batch: list[_Call]) -> list[Any]:
-        results = await self._pipeline(batch)
+        results = await self._write(batch)
         missing = [n for n, result in enumerate(results) if isinstance(result, NoScriptError)]
         if missing:  # a restarted or flushed Redis: load each script once, then resend what failed
             for script in {id(batch[n][0]): batch[n][0] for n in missing}.values():
                 await self._client.script_load(script.script)
-            again = await self._pipeline([batch[n] for n in missing])
+            again = await self._write([batch[n] for n in missing])
             for n, result in zip(missing, again, strict=True):
                 results[n] = result
         return results
 
-    async def _pipeline(self, batch: list[_Call]
-                        ) -> list[Any]:
-        async with self._client.pipeline(transaction=False) as pipe:
-            for script, keys, args, _ in batch:
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
-            return list(await pipe.execute(raise_on_error=False))
+    async def _write(self, batch: list[_Call]) -> list[Any]:
+        """One write of the whole batch, then its replies in order (an error reply stays in its place)."""
+        pool = self._client.connection_pool
+        connection = await pool.get_connection()
+        try:
+            await connection.send_packed_command(b"".join(_pack(s, k, a) for s, k, a, _ in batch),
+                                                 check_health=False)
+            results: list[Any] = []
+            for _ in batch:
+                try:
+                    results.append(await connection.read_response())
+                except ResponseError as exc:
+                    results.append(exc)
+            return results
+        except BaseException:
+            await connection.disconnect()  # replies may be left unread: the connection cannot be reused
+            raise
+        finally:
+            await pool.release(connection)
