@@ -14,11 +14,10 @@ from pathlib import Path
 
 import torch
 
+from backend import Engine, EngineConfig, GenerateRequest, SamplingParams
 from backend.attention import AttentionBackend, TorchAttention
-from backend.engine import Engine, EngineConfig, GenerateRequest
 from backend.kernels import TritonAttention
 from backend.loader import LoadedModel, load_model
-from backend.sampling_params import SamplingParams
 
 
 def nano_vllm_workload(num_requests: int = 256, seed: int = 0) -> list[tuple[list[int], SamplingParams]]:

@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 from torch import nn
 
+from backend import Completion, Engine, EngineConfig, SamplingParams
 from backend.attention import TorchAttention
-from backend.engine import Completion, Engine, EngineConfig
 from backend.kernels import TritonAttention, attention_for_device
 from backend.loader import LoadedModel
-from backend.sampling_params import SamplingParams
 from tests.backend import engine_fixtures
 
 loaded_model = engine_fixtures.loaded_model
