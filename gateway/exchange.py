@@ -95,7 +95,8 @@ class Exchange:
         elapsed = time.monotonic() - self.started
         self.record.duration_ms = round(elapsed * 1000, 2)
         self._metrics.observe(self.record.path, status, outcome, elapsed)
-        access_log.info(json.dumps(asdict(self.record), separators=(",", ":")))
+        if access_log.isEnabledFor(logging.INFO):
+            access_log.info(json.dumps(asdict(self.record), separators=(",", ":")))
 
     async def _renew(self, reservation: Reservation) -> None:
         while True:

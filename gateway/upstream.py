@@ -141,7 +141,8 @@ class UpstreamClient:
     async def _attempt(self, channel: ChannelState, request: UpstreamRequest, attempt: int,
                        headers: dict[str, str]) -> Answer:
         timeouts = channel.timeouts
-        remaining = request.deadline - time.monotonic()
+        # the request's deadline bounds every attempt; a channel's own `total` may bound it tighter
+        remaining = min(request.deadline - time.monotonic(), timeouts.total)
         if remaining <= 0:
             _judge(channel, request.model, None)
             raise AttemptFailed(FailureKind.timeout, "the request's deadline passed")
