@@ -8,7 +8,7 @@ from config.stores import StoreSettings
 from quota.admin import QuotaAdmin
 from quota.local_admission import Charge, LocalAdmission
 from quota.records import Admission, ApiKey, KeyInfo, Level, Reservation
-from quota.service import QuotaService
+from quota.service import QuotaService, check_counts
 from quota.sqlite_catalog import SqliteCatalog
 
 DB_NAME = "tidegate.sqlite3"
@@ -39,6 +39,7 @@ class EmbeddedQuotaService(QuotaService):
         return charges
 
     async def admit(self, key: KeyInfo, *, model: str, estimated_tokens: int, request_id: str) -> Admission:
+        check_counts(estimated_tokens=estimated_tokens)
         charges = await self._charges_of(key)
         return self._local.admit(charges, key_id=key.id, model=model, estimated_tokens=estimated_tokens,
                                  request_id=request_id)
@@ -48,6 +49,7 @@ class EmbeddedQuotaService(QuotaService):
 
     async def settle(self, reservation: Reservation, *, prompt_tokens: int, completion_tokens: int,
                      model: str) -> None:
+        check_counts(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
         settled = replace(reservation, model=model)
         self._local.settle(reservation, prompt_tokens + completion_tokens,
                            lambda: self._catalog.record_usage(settled, prompt_tokens, completion_tokens))

@@ -27,7 +27,7 @@ from quota.records import Admission, ApiKey, KeyInfo, Level, LimitName, Quota, R
 from quota.redis_catalog import RedisCatalog, ledger_field
 from quota.redis_down import local_quota
 from quota.script_batch import PackedKeys, ScriptBatcher
-from quota.service import QuotaService, StoreUnavailable
+from quota.service import QuotaService, StoreUnavailable, check_counts
 
 REDIS_DOWN = (RedisError, OSError, asyncio.TimeoutError)
 LIMIT_CODES = [LimitName.rpm, LimitName.tpm, LimitName.concurrency, LimitName.tokens_per_day,
@@ -138,6 +138,7 @@ class RedisQuotaService(QuotaService):
         return plan
 
     async def admit(self, key: KeyInfo, *, model: str, estimated_tokens: int, request_id: str) -> Admission:
+        check_counts(estimated_tokens=estimated_tokens)
         plan = self._plan(key)
         if self._may_try():
             member = reservation_id(request_id)
@@ -202,6 +203,7 @@ class RedisQuotaService(QuotaService):
 
     async def settle(self, reservation: Reservation, *, prompt_tokens: int, completion_tokens: int,
                      model: str) -> None:
+        check_counts(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
         reservation = replace(reservation, model=model)
         if reservation.local:
             if not self._local.settle(reservation, prompt_tokens + completion_tokens):

@@ -10,6 +10,13 @@ from quota.admin import QuotaAdmin, hash_secret
 from quota.records import Admission, ApiKey, AuthResult, KeyInfo, Reservation
 
 
+def check_counts(**counts: int) -> None:
+    """Token counts are non-negative integers: a negative estimate or usage would mint capacity."""
+    for name, value in counts.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative integer, not {value!r}")
+
+
 class StoreUnavailable(Exception):
     """The store cannot be reached; services turn it into an answer, never let it reach the gateway."""
 

@@ -6,6 +6,8 @@ import asyncio
 import random
 import time
 
+import pytest
+
 from quota import Level, LimitName, QuotaService
 from tests.quota.conftest import make_tenant
 
@@ -133,3 +135,15 @@ async def test_unlimited_key_is_always_admitted_and_reports_no_rate(service: Quo
     tenant = await make_tenant(service)
     answers = await admit_many(service, tenant.keys, 200)
     assert all(a.admitted and a.rate.limit_requests is None for a in answers)
+
+
+async def test_negative_or_non_integer_token_counts_are_refused(service: QuotaService) -> None:
+    tenant = await make_tenant(service, key={"tpm": 100})
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="estimated_tokens"):
+            await service.admit(tenant.keys[0], model="m", estimated_tokens=bad, request_id="x")  # type: ignore[arg-type]
+    answer = await service.admit(tenant.keys[0], model="m", estimated_tokens=100, request_id="ok")
+    assert answer.reservation is not None
+    with pytest.raises(ValueError, match="completion_tokens"):
+        await service.settle(answer.reservation, prompt_tokens=1, completion_tokens=-500, model="m")
+    assert not (await service.admit(tenant.keys[0], model="m", estimated_tokens=1, request_id="y")).admitted

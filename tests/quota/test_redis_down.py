@@ -4,6 +4,7 @@ is lost, and the store recovers by itself."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -140,3 +141,30 @@ async def test_settlements_alone_find_redis_back_and_replay_in_order(durable: Re
     assert sum([(await service.admit(tenant.keys[0], model="m", estimated_tokens=1, request_id=f"n{n}")).admitted
                 for n in range(10)]) == 10
     await service.close()
+
+
+async def test_a_hung_redis_costs_one_timeout_then_the_fallback(redis_server: RedisServer,
+                                                                tmp_path: Path) -> None:
+    settings = StoreSettings(redis_url=redis_server.url, data_dir=tmp_path, redis_timeout=0.3,
+                             redis_retry_interval=0.2)
+    service = await open_store(settings)
+    tenant = await make_tenant(service, key={"rpm": 1000})
+    assert (await service.admit(tenant.keys[0], model="m", estimated_tokens=1, request_id="seen")).admitted
+    assert redis_server.proc is not None
+    redis_server.proc.send_signal(signal.SIGSTOP)  # alive but silent: every read times out
+    try:
+        started = time.monotonic()
+        answers = await asyncio.gather(*(service.admit(tenant.keys[0], model="m", estimated_tokens=1,
+                                                       request_id=f"h{n}") for n in range(200)))
+        assert time.monotonic() - started < 3.0  # the batch shares one timeout
+        assert all(a.degraded and a.admitted for a in answers)  # rate limits degrade to local by default
+    finally:
+        redis_server.proc.send_signal(signal.SIGCONT)
+    await asyncio.sleep(0.25)
+    assert await wait_for(lambda: _admitted_from_redis(service, tenant.keys[0]))
+    await service.close()
+
+
+async def _admitted_from_redis(service: QuotaService, key) -> bool:  # type: ignore[no-untyped-def]
+    answer = await service.admit(key, model="m", estimated_tokens=1, request_id="back")
+    return answer.admitted and not answer.degraded
