@@ -166,8 +166,8 @@ class UpstreamClient:
         except httpx.ConnectError as exc:
             failure = AttemptFailed(FailureKind.connect, f"cannot connect: {type(exc).__name__}")
         except httpx.TimeoutException as exc:
-            kind = FailureKind.connect if isinstance(exc, httpx.ConnectTimeout) else FailureKind.timeout
-            failure = AttemptFailed(kind, type(exc).__name__)
+            # a connect that times out is a deadline (504, as nginx and Envoy answer), not a refusal (502)
+            failure = AttemptFailed(FailureKind.timeout, type(exc).__name__)
         except (httpx.HTTPError, ValueError) as exc:
             failure = AttemptFailed(FailureKind.broken, type(exc).__name__)
         except BaseException:

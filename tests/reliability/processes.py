@@ -1,0 +1,141 @@
+"""The stack's parts as real processes, for faults that only a process boundary shows (SIGKILL, RSS, restarts)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from tests.servers import free_port, wait_for_health
+
+ADMIN_KEY = "reliability-admin-key"
+
+
+@dataclass
+class Process:
+    """A `tidegate ...` child with its log in a file; `port` is where it listens."""
+
+    argv: list[str]
+    log_path: Path
+    port: int
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, health_timeout: float = 120.0) -> Process:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
+                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            wait_for_health(f"{self.url}/health", timeout=health_timeout, proc=self.proc)
+        except (RuntimeError, TimeoutError) as exc:
+            raise RuntimeError(f"{exc}\n--- log ---\n{self.log_path.read_text()[-4000:]}") from None
+        return self
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+
+    def rss_bytes(self) -> int:
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def tidegate(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tidegate", *args]
+
+
+def backend_process(tmp_path: Path, model_path: Path, name: str = "backend", port: int | None = None,
+                    *extra: str) -> Process:
+    port = port or free_port()
+    argv = tidegate("backend", "--model", str(model_path), "--served-model-name", "smollm2", "--port", str(port),
+                    *extra)
+    return Process(argv, tmp_path / f"{name}.log", port)
+
+
+@dataclass
+class GatewayProcess(Process):
+    """A `tidegate gateway` child with an admin client; config written from `settings`."""
+
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, tmp_path: Path, upstream_urls: list[str], redis_url: str | None = None,
+               **settings: Any) -> GatewayProcess:
+        port = free_port()
+        config: dict[str, Any] = {
+            "admin_key": ADMIN_KEY, "data_dir": str(tmp_path / "gateway-data"), "port": port,
+            "health_check_interval": 0.5,
+            "channels": [{"name": f"c{i}", "base_url": url, "models": ["smollm2"]}
+                         for i, url in enumerate(upstream_urls)],
+            **settings,
+        }
+        if redis_url:
+            config["redis_url"] = redis_url
+        path = tmp_path / f"gateway-{port}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return cls(tidegate("gateway", "--config", str(path)), tmp_path / f"gateway-{port}.log", port,
+                   settings=config)
+
+    def admin(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers={"authorization": f"Bearer {ADMIN_KEY}"}, timeout=10)
+
+    def new_key(self, quota: dict[str, int] | None = None, **fields: Any) -> tuple[str, str]:
+        """(key id, secret) of a key on a new account; `quota` applies to the key."""
+        with self.admin() as admin:
+            account = admin.post("/admin/accounts", json={"name": "tenant"})
+            account.raise_for_status()
+            body: dict[str, Any] = {"account_id": account.json()["id"], **fields}
+            if quota:
+                body["quota"] = quota
+            key = admin.post("/admin/keys", json=body)
+            key.raise_for_status()
+            return str(key.json()["id"]), str(key.json()["key"])
+
+    def metrics(self) -> str:
+        return httpx.get(f"{self.url}/metrics", timeout=10).text
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    """The value of one Prometheus sample, 0.0 when absent; labels must match exactly those given."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name) or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        metric, _, label_text = head.partition("{")
+        if metric != name:
+            continue
+        found = dict(part.split("=", 1) for part in label_text.rstrip("}").split(",") if "=" in part)
+        found = {k: v.strip('"') for k, v in found.items()}
+        if all(found.get(k) == v for k, v in labels.items()):
+            total += float(value)
+    return total

@@ -1,0 +1,163 @@
+"""The OpenAPI document both tiers publish at `/openapi.json`: the OpenAI-compatible routes, and the admin API.
+
+Written by hand (the apps are plain Starlette), and kept honest by the reliability suite, which fuzzes each
+server with schemathesis against the document that server publishes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+JSON = "application/json"
+_ERROR_REF = {"$ref": "#/components/schemas/Error"}
+
+_STOP = {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "maxItems": 4}]}
+_SAMPLING: dict[str, Any] = {
+    "model": {"type": "string", "minLength": 1},
+    "max_tokens": {"type": "integer", "minimum": 1},
+    "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+    "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+    "n": {"type": "integer", "minimum": 1, "maximum": 1},
+    "stream": {"type": "boolean"},
+    "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
+    "stop": _STOP,
+    "seed": {"type": "integer"},
+    "user": {"type": "string"},
+    "ignore_eos": {"type": "boolean", "description": "extension: generate exactly max_tokens"},
+    "min_tokens": {"type": "integer", "minimum": 0, "description": "extension"},
+    "priority": {"description": "extension: a priority class name (gateway) or an integer (backend)",
+                 "oneOf": [{"type": "string"}, {"type": "integer"}]},
+}
+_MESSAGE = {
+    "type": "object",
+    "required": ["role", "content"],
+    "properties": {
+        "role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool"]},
+        "content": {"oneOf": [
+            {"type": "string"},
+            {"type": "array", "items": {"type": "object", "required": ["type", "text"], "properties": {
+                "type": {"type": "string", "enum": ["text"]}, "text": {"type": "string"}}}},
+        ]},
+        "name": {"type": "string"},
+    },
+}
+SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {"error": {"type": "object", "required": ["message", "type"], "properties": {
+            "message": {"type": "string"}, "type": {"type": "string"},
+            "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}},
+    },
+    "ChatCompletionRequest": {
+        "type": "object",
+        "required": ["model", "messages"],
+        "properties": {**_SAMPLING, "messages": {"type": "array", "minItems": 1, "items": _MESSAGE},
+                       "max_completion_tokens": {"type": "integer", "minimum": 1}},
+    },
+    "CompletionRequest": {
+        "type": "object",
+        "required": ["model", "prompt"],
+        "properties": {**_SAMPLING, "prompt": {"oneOf": [
+            {"type": "string", "minLength": 1},
+            {"type": "array", "minItems": 1, "maxItems": 1, "items": {"type": "string", "minLength": 1}},
+        ]}},
+    },
+    "Usage": {"type": "object", "properties": {
+        "prompt_tokens": {"type": "integer"}, "completion_tokens": {"type": "integer"},
+        "total_tokens": {"type": "integer"}}},
+    "Quota": {"type": "object", "properties": {
+        name: {"type": ["integer", "null"], "minimum": 0}
+        for name in ("rpm", "tpm", "max_concurrency", "tokens_per_day", "tokens_per_month")}},
+}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    return {str(code): {"description": "error", "content": {JSON: {"schema": _ERROR_REF}}} for code in codes}
+
+
+def _post(summary: str, schema: str, *errors: int) -> dict[str, Any]:
+    return {"post": {
+        "summary": summary,
+        "requestBody": {"required": True, "content": {JSON: {"schema": {"$ref": f"#/components/schemas/{schema}"}}}},
+        "responses": {"200": {"description": "a completion (JSON), or server-sent events when stream is true",
+                              "content": {JSON: {"schema": {"type": "object"}},
+                                          "text/event-stream": {"schema": {"type": "string"}}}},
+                      **_errors(*errors)},
+    }}
+
+
+def openai_paths(auth_errors: bool) -> dict[str, Any]:
+    common = (400, 404, 413, 503) + ((401, 403, 429, 504) if auth_errors else ())
+    return {
+        "/v1/chat/completions": _post("Chat completion", "ChatCompletionRequest", *common),
+        "/v1/completions": _post("Text completion", "CompletionRequest", *common),
+        "/v1/models": {"get": {"summary": "Models this caller may use", "responses": {
+            "200": {"description": "model list", "content": {JSON: {"schema": {"type": "object"}}}},
+            **_errors(*((401,) if auth_errors else ()))}}},
+        "/health": {"get": {"summary": "Readiness", "responses": {"200": {"description": "ready"},
+                                                                   "503": {"description": "not ready"}}}},
+    }
+
+
+def _admin(method: str, summary: str, body: dict[str, Any] | None = None, ok: str = "200",
+           params: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    operation: dict[str, Any] = {"summary": summary, "security": [{"admin": []}], "responses": {
+        ok: {"description": "done", "content": {JSON: {"schema": {"type": "object"}}}},
+        **_errors(400, 401, 404)}}
+    if body is not None:
+        operation["requestBody"] = {"required": True, "content": {JSON: {"schema": body}}}
+    if params:
+        operation["parameters"] = params
+    return {method: operation}
+
+
+def _param(name: str, where: str = "query", required: bool = False) -> dict[str, Any]:
+    return {"name": name, "in": where, "required": required or where == "path", "schema": {"type": "string"}}
+
+
+def admin_paths() -> dict[str, Any]:
+    quota = {"$ref": "#/components/schemas/Quota"}
+    named = {"type": "object", "required": ["name"], "properties": {"name": {"type": "string", "minLength": 1},
+                                                                    "quota": quota}}
+    key = {"type": "object", "properties": {
+        "account_id": {"type": "string"}, "sub_account_id": {"type": "string"}, "name": {"type": "string"},
+        "models": {"type": "array", "items": {"type": "string"}}, "quota": quota,
+        "priority_class": {"type": "string"}, "expires_at": {"type": "string", "format": "date-time"}}}
+    update = {"type": "object", "properties": {"quota": quota, "name": {"type": "string"}}}
+    return {
+        "/admin/accounts": {**_admin("post", "Create an account", named, "201"),
+                            **_admin("get", "List accounts")},
+        "/admin/accounts/{id}/sub-accounts": {
+            **_admin("post", "Create a sub-account", named, "201", [_param("id", "path")]),
+            **_admin("get", "List an account's sub-accounts", params=[_param("id", "path")])},
+        "/admin/keys": {**_admin("post", "Create a key (its secret is returned once)", key, "201"),
+                        **_admin("get", "List keys (never a secret)", params=[_param("account_id")])},
+        "/admin/keys/{id}": {**_admin("delete", "Revoke a key", params=[_param("id", "path")]),
+                             **_admin("patch", "Update a key", update, params=[_param("id", "path")])},
+        "/admin/accounts/{id}": {**_admin("patch", "Update an account", update, params=[_param("id", "path")])},
+        "/admin/sub-accounts/{id}": {
+            **_admin("patch", "Update a sub-account", update, params=[_param("id", "path")])},
+        "/admin/usage": _admin("get", "Usage by account, sub-account, key, model and time range", params=[
+            _param(p) for p in ("account_id", "sub_account_id", "key_id", "model", "start", "end")]),
+        "/admin/channels": _admin("get", "Channel health, breaker state, in-flight and error rate"),
+    }
+
+
+def document(title: str, *, gateway: bool) -> dict[str, Any]:
+    """The document a tier publishes; the gateway adds auth errors and the admin API."""
+    paths = openai_paths(auth_errors=gateway)
+    schemes: dict[str, Any] = {}
+    if gateway:
+        paths.update(admin_paths())
+        schemes = {"api_key": {"type": "http", "scheme": "bearer", "description": "a tg-... API key"},
+                   "admin": {"type": "http", "scheme": "bearer", "description": "the gateway's admin key"}}
+        for route in ("/v1/chat/completions", "/v1/completions", "/v1/models"):
+            for operation in paths[route].values():
+                operation["security"] = [{"api_key": []}]
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": title, "version": "0.1.0"},
+        "paths": paths,
+        "components": {"schemas": SCHEMAS, "securitySchemes": schemes},
+    }
