@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from datetime import UTC, datetime
 
 import pytest
 
@@ -147,3 +148,26 @@ async def test_negative_or_non_integer_token_counts_are_refused(service: QuotaSe
     with pytest.raises(ValueError, match="completion_tokens"):
         await service.settle(answer.reservation, prompt_tokens=1, completion_tokens=-500, model="m")
     assert not (await service.admit(tenant.keys[0], model="m", estimated_tokens=1, request_id="y")).admitted
+
+
+async def test_concurrent_settlements_of_one_reservation_charge_once(service: QuotaService) -> None:
+    tenant = await make_tenant(service, key={"tpm": 1000})
+    answer = await service.admit(tenant.keys[0], model="m", estimated_tokens=600, request_id="a")
+    assert answer.reservation is not None
+    await asyncio.gather(*(service.settle(answer.reservation, prompt_tokens=100, completion_tokens=50,
+                                          model="m") for _ in range(20)))
+    usage = await service.admin.usage(key_id=tenant.keys[0].id)
+    assert (usage.requests, usage.prompt_tokens, usage.completion_tokens) == (1, 100, 50)
+    assert (await service.admit(tenant.keys[0], model="m", estimated_tokens=850, request_id="b")).admitted
+    assert not (await service.admit(tenant.keys[0], model="m", estimated_tokens=1, request_id="c")).admitted
+
+
+async def test_monthly_budget_refuses_until_the_next_month(service: QuotaService) -> None:
+    tenant = await make_tenant(service, with_sub=True, sub={"tokens_per_month": 300})
+    assert (await service.admit(tenant.keys[0], model="m", estimated_tokens=300, request_id="a")).admitted
+    refused = await service.admit(tenant.keys[0], model="m", estimated_tokens=1, request_id="b")
+    assert not refused.admitted and refused.refused_level == Level.sub_account
+    assert refused.refused_limit == LimitName.tokens_per_month
+    now = datetime.now(UTC)
+    next_month = datetime(now.year + now.month // 12, now.month % 12 + 1, 1, tzinfo=UTC)
+    assert refused.retry_after is not None and abs(refused.retry_after - (next_month - now).total_seconds()) < 5
