@@ -50,6 +50,7 @@ class RedisServer:
 
     workdir: Path
     port: int = field(default_factory=free_port)
+    persistent: bool = False  # append-only file fsynced on every write: a restart keeps everything
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -61,9 +62,10 @@ class RedisServer:
         if binary is None:
             raise RuntimeError("redis-server is not installed (apt-get install -y redis-server)")
         self.workdir.mkdir(parents=True, exist_ok=True)
+        durability = ["--appendonly", "yes", "--appendfsync", "always"] if self.persistent else ["--appendonly", "no"]
         self.proc = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
-             "--save", "", "--appendonly", "no", "--protected-mode", "yes", "--loglevel", "warning"],
+             "--save", "", *durability, "--protected-mode", "yes", "--loglevel", "warning"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         wait_for_port(self.port)

@@ -1,0 +1,87 @@
+"""Redis stopped and restarted under load: each limit class follows its policy, no 500, no usage lost."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.gateway.upstreams import MockUpstream
+from tests.reliability.processes import GatewayProcess, metric_value
+from tests.servers import RedisServer
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[MockUpstream]:
+    server = await MockUpstream().start()
+    yield server
+    await server.stop()
+
+
+async def _load(client: httpx.AsyncClient, secret: str, results: list[tuple[float, int, bool]],
+                stop: asyncio.Event, every: float) -> None:
+    while not stop.is_set():
+        response = await client.post("/v1/chat/completions", headers={"authorization": f"Bearer {secret}"},
+                                     json={"model": "smollm2", "max_tokens": 3,
+                                           "messages": [{"role": "user", "content": "hi"}]})
+        results.append((time.monotonic(), response.status_code, "x-tidegate-degraded" in response.headers))
+        if response.status_code >= 400:
+            assert "error" in response.json()
+        await asyncio.sleep(every)
+
+
+async def test_redis_outage_follows_each_policy_and_loses_no_usage(tmp_path: Path,
+                                                                   upstream: MockUpstream) -> None:
+    redis = RedisServer(workdir=tmp_path / "redis", persistent=True).start()
+    gateway = GatewayProcess.create(
+        tmp_path, [upstream.base_url], redis_url=redis.url, gateway_replicas=2,
+        redis_down={"auth": "local", "budgets": "fail_closed", "rate_limits": "local"},
+    ).start()
+    try:
+        rate_id, rate_secret = gateway.new_key({"rpm": 1000})
+        budget_id, budget_secret = gateway.new_key({"tokens_per_day": 1_000_000})
+        results: dict[str, list[tuple[float, int, bool]]] = {"rate": [], "budget": []}
+        stop = asyncio.Event()
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=20) as client:
+            workers = [asyncio.create_task(_load(client, rate_secret, results["rate"], stop, 0.05)),
+                       asyncio.create_task(_load(client, budget_secret, results["budget"], stop, 0.05))]
+            await asyncio.sleep(1.5)
+            down_at = time.monotonic()
+            redis.stop()
+            await asyncio.sleep(3.0)
+            assert metric_value(gateway.metrics(), "tidegate_store_degraded") == 1.0
+            up_at = time.monotonic()
+            redis.start()
+            await asyncio.sleep(4.0)
+            stop.set()
+            await asyncio.gather(*workers)
+
+        for name, rows in results.items():
+            statuses = collections.Counter(status for _, status, _ in rows)
+            assert 500 not in statuses and 502 not in statuses, (name, statuses)
+            outage = [row for row in rows if down_at + 0.5 < row[0] < up_at]
+            assert outage, name
+            if name == "rate":
+                # rate limits degrade to a local limit (1000 rpm / 2 replicas): admitted, and marked degraded
+                assert all(status == 200 and degraded for _, status, degraded in outage), outage
+            else:
+                # budgets fail closed while their state is out of reach
+                assert all(status == 503 for _, status, _ in outage), outage
+            recovered = [row for row in rows if row[0] > up_at + 2.5]
+            assert recovered and all(status == 200 and not degraded for _, status, degraded in recovered)
+
+        assert metric_value(gateway.metrics(), "tidegate_store_degraded") == 0.0
+        with gateway.admin() as admin:
+            for key_id, name in ((rate_id, "rate"), (budget_id, "budget")):
+                served = sum(1 for _, status, _ in results[name] if status == 200)
+                usage = admin.get("/admin/usage", params={"key_id": key_id}).json()
+                assert usage["requests"] == served, (name, usage["requests"], served)
+                assert usage["completion_tokens"] == 3 * served
+    finally:
+        gateway.stop()
+        redis.stop()
