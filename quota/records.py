@@ -123,6 +123,10 @@ class KeyInfo:
     def allows(self, model: str) -> bool:
         return self.models is None or model in self.models
 
+    def levels(self) -> list[tuple[Level, str]]:
+        """The levels an admission with this key passes, key first and account last."""
+        return _levels(self.id, self.sub_account_id, self.account_id)
+
     @classmethod
     def of(cls, key: ApiKey) -> KeyInfo:
         return cls(key.id, key.name, key.account_id, key.sub_account_id, key.models, key.priority_class,
@@ -169,8 +173,7 @@ class Reservation:
 
     def levels(self) -> list[tuple[Level, str]]:
         """The charged levels, key first and account last."""
-        middle = [(Level.sub_account, self.sub_account_id)] if self.sub_account_id is not None else []
-        return [(Level.key, self.key_id), *middle, (Level.account, self.account_id)]
+        return _levels(self.key_id, self.sub_account_id, self.account_id)
 
 
 @dataclass(slots=True)
@@ -208,6 +211,11 @@ class UsageReport:
     def of(cls, rows: list[UsageRow]) -> UsageReport:
         return cls(rows, sum(r.prompt_tokens for r in rows), sum(r.completion_tokens for r in rows),
                    sum(r.requests for r in rows))
+
+
+def _levels(key_id: str, sub_account_id: str | None, account_id: str) -> list[tuple[Level, str]]:
+    middle = [(Level.sub_account, sub_account_id)] if sub_account_id is not None else []
+    return [(Level.key, key_id), *middle, (Level.account, account_id)]
 
 
 T = TypeVar("T", Account, SubAccount, ApiKey)

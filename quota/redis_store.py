@@ -128,13 +128,10 @@ class RedisQuotaService(QuotaService):
     def _plan(self, key: KeyInfo) -> _KeyPlan:
         plan = self._plans.get(key.id)
         if plan is None:
-            levels = [(Level.key, key.id)]
-            if key.sub_account_id is not None:
-                levels.append((Level.sub_account, key.sub_account_id))
-            levels.append((Level.account, key.account_id))
+            levels = key.levels()
             # Packed once: packing the keys on every admission was most of the client's CPU time.
-            keys = PackedKeys([k for level, level_id in levels for k in rk.level_keys(key.account_id, level, level_id)])
-            plan = self._plans[key.id] = _KeyPlan(levels, keys)
+            names = [k for level, level_id in levels for k in rk.level_keys(key.account_id, level, level_id)]
+            plan = self._plans[key.id] = _KeyPlan(levels, PackedKeys(names))
         return plan
 
     async def admit(self, key: KeyInfo, *, model: str, estimated_tokens: int, request_id: str) -> Admission:
@@ -267,7 +264,7 @@ class RedisQuotaService(QuotaService):
             with contextlib.suppress(asyncio.CancelledError, *REDIS_DOWN):
                 await self._flush
         with contextlib.suppress(*REDIS_DOWN):
-            await self._r.aclose()
+            await self._r.aclose(close_connection_pool=True)  # the pool was made here, not by the client
 
 
 def _window(limit_remaining_reset: list[int]) -> tuple[int | None, int | None, float | None]:
