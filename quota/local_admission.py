@@ -93,8 +93,10 @@ class LocalAdmission:
                 month = self._months[day] = month_index(sec)
             requests, tokens = _Tightest(), _Tightest()
             refusal: tuple[Level, LimitName, float] | None = None
+            found = []
             for charge in charges:
                 counters = self._counters(charge, day, month)
+                found.append(counters)
                 q = charge.quota
                 if q.rpm is not None:
                     wait = requests.see(counters.requests, now, 1, q.rpm)
@@ -122,7 +124,7 @@ class LocalAdmission:
                 sub_account_id=charges[1].id if len(charges) == 3 else None, account_id=charges[-1].id, model=model,
                 estimated_tokens=est, slot=sec, day=day, month=month, local=True,
             )
-            self._commit(charges, now, reservation)
+            self._commit(charges, found, now, reservation)
             return Admission(True, reservation, rate=rate)
 
     def _counters(self, charge: Charge, day: int, month: int) -> LevelCounters:
@@ -135,11 +137,11 @@ class LocalAdmission:
             counters.month.roll(month, self._seed(charge.level, charge.id, "month", month) if self._seed else 0)
         return counters
 
-    def _commit(self, charges: list[Charge], now: float, reservation: Reservation) -> None:
+    def _commit(self, charges: list[Charge], found: list[LevelCounters], now: float,
+                reservation: Reservation) -> None:
         est = reservation.estimated_tokens
         tpm_levels, lease_levels = [], []
-        for charge in charges:
-            counters = self._levels[(charge.level, charge.id)]
+        for charge, counters in zip(charges, found, strict=True):
             q = charge.quota
             if q.rpm is not None:
                 counters.requests.add(now, 1)
