@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-import uvicorn
 from opentelemetry import trace
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
 from config.gateway import Tracing as TracingSettings
 from gateway.tracing import NOOP_REQUEST, otlp_traces_url, setup_tracing
-from tests.servers import wait_for_port
+from tests.gateway.otlp_collector import running_collector
 
 
 @pytest.fixture
@@ -152,33 +144,17 @@ def test_otlp_endpoint_gets_the_traces_path(endpoint: str | None, url: str | Non
     assert otlp_traces_url(TracingSettings(exporter="otlp", otlp_endpoint=endpoint)) == url
 
 
-def test_otlp_exporter_delivers_spans_to_a_collector_over_http(port: int) -> None:
-    received: list[ExportTraceServiceRequest] = []
-
-    async def collect(request: Request) -> Response:
-        message = ExportTraceServiceRequest()
-        message.ParseFromString(await request.body())
-        received.append(message)
-        return Response(b"", media_type="application/x-protobuf")
-
-    collector = uvicorn.Server(uvicorn.Config(Starlette(routes=[Route("/v1/traces", collect, methods=["POST"])]),
-                                              host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=collector.run, daemon=True)
-    thread.start()
-    try:
-        wait_for_port(port)
-        tracing = setup_tracing(TracingSettings(exporter="otlp", otlp_endpoint=f"http://127.0.0.1:{port}",
+def test_otlp_exporter_delivers_spans_to_a_collector_over_http() -> None:
+    with running_collector() as collector:
+        tracing = setup_tracing(TracingSettings(exporter="otlp", otlp_endpoint=collector.endpoint,
                                                 service_name="gw-otlp"))
         request = tracing.start_request("POST", "/v1/completions", "req-otlp")
         with request.admission():
             pass
         request.end(200)
         tracing.shutdown()  # flushes the batch
-    finally:
-        collector.should_exit = True
-        thread.join(timeout=5)
-    spans = [span for message in received for rs in message.resource_spans for ss in rs.scope_spans
-             for span in ss.spans]
-    assert sorted(span.name for span in spans) == ["POST /v1/completions", "gateway.admission"]
-    resource = received[0].resource_spans[0].resource
-    assert {a.key: a.value.string_value for a in resource.attributes}["service.name"] == "gw-otlp"
+        spans = collector.wait_for(lambda spans: len(spans) == 2)
+    assert sorted((s.service, s.name) for s in spans) == [
+        ("gw-otlp", "POST /v1/completions"), ("gw-otlp", "gateway.admission")]
+    root = next(s for s in spans if s.name == "POST /v1/completions")
+    assert root.attributes["tidegate.request_id"] == "req-otlp"
