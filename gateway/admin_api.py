@@ -85,6 +85,7 @@ class AdminApi:
 
     async def create_account(self, request: Request) -> Any:
         body = await _json_body(request)
+        _reject_unknown(body, {"name", "quota"})
         return 201, await self._admin.create_account(body.get("name", ""), body.get("quota"))
 
     async def list_accounts(self, request: Request) -> Any:
@@ -95,6 +96,7 @@ class AdminApi:
 
     async def create_sub_account(self, request: Request) -> Any:
         body = await _json_body(request)
+        _reject_unknown(body, {"name", "quota"})
         return 201, await self._admin.create_sub_account(request.path_params["id"], body.get("name", ""),
                                                          body.get("quota"))
 
@@ -143,7 +145,7 @@ class AdminApi:
 async def _json_body(request: Request) -> dict[str, Any]:
     try:
         body = json.loads(await request.body() or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
         raise invalid_request("the body is not valid JSON") from None
     if not isinstance(body, dict):
         raise invalid_request("the body must be a JSON object")

@@ -42,7 +42,7 @@ def parse(raw: bytes, *, chat: bool, classes: set[str]) -> OpenAIRequest:
     """Validates what the gateway itself relies on; the upstream validates the rest."""
     try:
         body = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
         raise invalid_request("the body is not valid JSON") from None
     if not isinstance(body, dict):
         raise invalid_request("the body must be a JSON object")

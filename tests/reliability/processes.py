@@ -89,13 +89,13 @@ class GatewayProcess(Process):
 
     @classmethod
     def create(cls, tmp_path: Path, upstream_urls: list[str], redis_url: str | None = None,
-               **settings: Any) -> GatewayProcess:
+               channel_max_concurrency: int = 64, **settings: Any) -> GatewayProcess:
         port = free_port()
         config: dict[str, Any] = {
             "admin_key": ADMIN_KEY, "data_dir": str(tmp_path / "gateway-data"), "port": port,
             "health_check_interval": 0.5,
-            "channels": [{"name": f"c{i}", "base_url": url, "models": ["smollm2"]}
-                         for i, url in enumerate(upstream_urls)],
+            "channels": [{"name": f"c{i}", "base_url": url, "models": ["smollm2"],
+                          "max_concurrency": channel_max_concurrency} for i, url in enumerate(upstream_urls)],
             **settings,
         }
         if redis_url:
