@@ -117,6 +117,9 @@ class GatewaySettings(StoreSettings):
     retries: Retries = Field(default_factory=Retries)
     breaker: Breaker = Field(default_factory=Breaker)
     health_check_interval: float = Field(default=5.0, gt=0)
+    health_check_timeout: float = Field(default=2.0, gt=0)
+    # consecutive failed probes before a channel is taken out: one slow probe under load is not an outage
+    unhealthy_threshold: int = Field(default=3, ge=1)
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     # reserved at admission for requests without max_tokens; settlement refunds what was not used
     default_max_tokens: int = Field(default=512, ge=1)

@@ -34,6 +34,7 @@ class ChannelState:
     breaker_settings: BreakerSettings
     in_flight: int = 0
     healthy: bool = True
+    failed_probes: int = 0
     breakers: dict[str, CircuitBreaker] = field(default_factory=dict)
     stats: dict[str, ChannelStats] = field(default_factory=dict)
 
@@ -89,10 +90,13 @@ class ChannelState:
 class HealthChecker:
     """Polls each channel's `/health` (never a paid completion) and marks it healthy or not."""
 
-    def __init__(self, channels: list[ChannelState], interval: float, client: httpx.AsyncClient):
+    def __init__(self, channels: list[ChannelState], interval: float, client: httpx.AsyncClient,
+                 timeout: float = 2.0, unhealthy_threshold: int = 3):
         self._channels = channels
         self._interval = interval
         self._client = client
+        self._timeout = timeout
+        self._threshold = unhealthy_threshold
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -119,10 +123,13 @@ class HealthChecker:
         if url is None:
             return
         try:
-            response = await self._client.get(url, timeout=min(self._interval, channel.timeouts.total, 5.0))
-            healthy = response.status_code == 200
+            response = await self._client.get(url, timeout=self._timeout)
+            ok = response.status_code == 200
         except httpx.HTTPError:
-            healthy = False
+            ok = False
+        channel.failed_probes = 0 if ok else channel.failed_probes + 1
+        # back in at the first good probe; out only after `threshold` bad ones in a row
+        healthy = ok or (channel.healthy and channel.failed_probes < self._threshold)
         if healthy != channel.healthy:
             log.warning("channel %s is now %s", channel.name, "healthy" if healthy else "unhealthy")
         channel.healthy = healthy
