@@ -86,6 +86,7 @@ class AdminApi:
     async def create_account(self, request: Request) -> Any:
         body = await _json_body(request)
         _reject_unknown(body, {"name", "quota"})
+        _reject_unknown(body, {"name", "quota"})
         return 201, await self._admin.create_account(body.get("name", ""), body.get("quota"))
 
     async def list_accounts(self, request: Request) -> Any:
@@ -96,6 +97,7 @@ class AdminApi:
 
     async def create_sub_account(self, request: Request) -> Any:
         body = await _json_body(request)
+        _reject_unknown(body, {"name", "quota"})
         _reject_unknown(body, {"name", "quota"})
         return 201, await self._admin.create_sub_account(request.path_params["id"], body.get("name", ""),
                                                          body.get("quota"))

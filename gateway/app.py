@@ -7,6 +7,7 @@ import logging
 import os
 from collections.abc import AsyncIterator
 
+import aiohttp
 import httpx
 import redis.asyncio as redis
 from starlette.applications import Starlette
@@ -27,8 +28,10 @@ from gateway.router import Router
 from gateway.tracing import setup_tracing
 from gateway.upstream import UpstreamClient
 from quota import QuotaService, open_store
+from tidegate import openapi
 
 SETTINGS_ENV = "TIDEGATE_GATEWAY_SETTINGS_JSON"
+OPENAPI = openapi.document("tidegate gateway", gateway=True)
 
 
 class Gateway:
@@ -37,12 +40,15 @@ class Gateway:
     def __init__(self, settings: GatewaySettings, quota: QuotaService):
         self.settings = settings
         self.quota = quota
-        self.http = httpx.AsyncClient(limits=httpx.Limits(max_connections=None, max_keepalive_connections=512))
+        self.http = httpx.AsyncClient()  # health checks only
+        # upstream calls: aiohttp costs a fraction of httpx's CPU per request under concurrency
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
+                                             auto_decompress=False)
         channels = [ChannelState(c, settings.channel_timeouts(c), settings.breaker) for c in settings.channels]
         self.router = Router(channels)
         self.pools = PriorityPools(settings.priority_classes, settings.default_priority_class)
         self.metrics = GatewayMetrics(self.router, self.pools, quota)
-        upstream = UpstreamClient(self.router, settings.retries, self.http)
+        upstream = UpstreamClient(self.router, settings.retries, self.session)
         self.tracing = setup_tracing(settings.tracing)
         self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics, self.tracing)
         self.admin = AdminApi(quota, self.router, settings.admin_key)
@@ -62,6 +68,7 @@ class Gateway:
         if self.breaker_sync is not None:
             await self.breaker_sync.stop()
         await self.http.aclose()
+        await self.session.close()
         await self.quota.close()
         self.tracing.shutdown()
 
@@ -73,6 +80,9 @@ class Gateway:
     async def metrics_route(self, request: Request) -> Response:
         return Response(self.metrics.render(), media_type="text/plain; version=0.0.4")
 
+    async def openapi_route(self, request: Request) -> Response:
+        return JSONResponse(OPENAPI)
+
     def routes(self) -> list[BaseRoute]:
         return [
             Route("/v1/chat/completions", self.proxy.completions, methods=["POST"]),
@@ -80,6 +90,7 @@ class Gateway:
             Route("/v1/models", self.proxy.models, methods=["GET"]),
             Route("/health", self.health_route, methods=["GET"]),
             Route("/metrics", self.metrics_route, methods=["GET"]),
+            Route("/openapi.json", self.openapi_route, methods=["GET"]),
             *console_routes(),
             *self.admin.routes(),
         ]

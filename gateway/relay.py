@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-import httpx
+import aiohttp
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -95,7 +95,7 @@ class StreamRelay:
                 yield error_event("the upstream stalled past its idle or total deadline", "timeout",
                                   "upstream_timeout")
                 return
-            except (httpx.HTTPError, ValueError):
+            except (aiohttp.ClientError, ValueError):
                 break
             out = self._transform(data)
             if out:

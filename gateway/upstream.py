@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-import httpx
+import aiohttp
 
 from config import Retries
 from gateway.channels import ChannelState
@@ -65,7 +65,7 @@ class Answer:
     model: str
     upstream_model: str
     status: int
-    response: httpx.Response
+    response: aiohttp.ClientResponse
     attempts: int
     body: bytes = b""  # the whole body, when not streaming or not 2xx
     first_events: list[bytes] = field(default_factory=list)  # events up to and including the first token
@@ -79,7 +79,7 @@ class Answer:
         self._finished = True
         self.channel.in_flight -= 1
         _judge(self.channel, self.model, ok)
-        await self.response.aclose()
+        _close(self.response, reuse=ok is True)
 
 
 def _judge(channel: ChannelState, model: str, ok: bool | None) -> None:
@@ -95,7 +95,7 @@ def _judge(channel: ChannelState, model: str, ok: bool | None) -> None:
 class UpstreamClient:
     """Sends one request to the channels serving its model, retrying within the request's deadline."""
 
-    def __init__(self, router: Router, retries: Retries, client: httpx.AsyncClient,
+    def __init__(self, router: Router, retries: Retries, client: aiohttp.ClientSession,
                  rng: random.Random | None = None):
         self._router = router
         self._retries = retries
@@ -149,26 +149,25 @@ class UpstreamClient:
         upstream_model = channel.config.models[request.model]
         channel.in_flight += 1
         channel.counters(request.model).attempts += 1
-        response: httpx.Response | None = None
+        response: aiohttp.ClientResponse | None = None
         failure: AttemptFailed
         try:
             async with asyncio.timeout(min(timeouts.first_token, remaining)):
-                response = await self._client.send(self._build(channel, request, upstream_model, headers),
-                                                 stream=True)
-                answer = Answer(channel, request.model, upstream_model, response.status_code, response, attempt)
+                response = await self._send(channel, request, upstream_model, headers)
+                answer = Answer(channel, request.model, upstream_model, response.status, response, attempt)
                 await self._read_head(answer, request.stream)
                 return answer
         except AttemptFailed as refused:
             await _give_up(channel, request.model, response, refused)
             raise
-        except TimeoutError:
-            failure = AttemptFailed(FailureKind.timeout, "no first token before the first-token deadline")
-        except httpx.ConnectError as exc:
+        except TimeoutError as exc:
+            # aiohttp's connect timeout is a TimeoutError too: a deadline (504, as nginx and Envoy answer),
+            # not a refusal (502)
+            detail = type(exc).__name__ if isinstance(exc, aiohttp.ClientError) else "no first token in time"
+            failure = AttemptFailed(FailureKind.timeout, detail)
+        except aiohttp.ClientConnectorError as exc:
             failure = AttemptFailed(FailureKind.connect, f"cannot connect: {type(exc).__name__}")
-        except httpx.TimeoutException as exc:
-            # a connect that times out is a deadline (504, as nginx and Envoy answer), not a refusal (502)
-            failure = AttemptFailed(FailureKind.timeout, type(exc).__name__)
-        except (httpx.HTTPError, ValueError) as exc:
+        except (aiohttp.ClientError, ValueError) as exc:
             failure = AttemptFailed(FailureKind.broken, type(exc).__name__)
         except BaseException:
             # cancelled (client left): no verdict on the channel, but free its slot
@@ -177,32 +176,34 @@ class UpstreamClient:
         await _give_up(channel, request.model, response, failure)
         raise failure
 
-    def _build(self, channel: ChannelState, request: UpstreamRequest, upstream_model: str,
-               headers: dict[str, str]) -> httpx.Request:
+    async def _send(self, channel: ChannelState, request: UpstreamRequest, upstream_model: str,
+                    headers: dict[str, str]) -> aiohttp.ClientResponse:
         body = dict(request.body)
         body["model"] = upstream_model
         if request.stream:
             # usage is needed to settle; the relay strips it again if the client did not ask for it
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        headers["content-type"] = "application/json"
         if request.request_id:
             headers["x-request-id"] = request.request_id
         if channel.config.api_key:
             headers["authorization"] = f"Bearer {channel.config.api_key}"
         t = channel.timeouts
-        timeout = httpx.Timeout(None, connect=t.connect, pool=t.connect)
-        return self._client.build_request("POST", channel.upstream_url(request.path), json=body,
-                                          headers=headers, timeout=timeout)
+        # the first-token and idle deadlines are enforced around reads; aiohttp only bounds the connect
+        timeout = aiohttp.ClientTimeout(total=None, connect=t.connect, sock_connect=t.connect)
+        return await self._client.post(channel.upstream_url(request.path), data=json.dumps(body).encode(),
+                                       headers=headers, timeout=timeout)
 
     async def _read_head(self, answer: Answer, stream: bool) -> None:
         status = answer.status
         if status == 429 or status >= 500:
-            await answer.response.aread()
+            await answer.response.read()
             kind = FailureKind.rate_limited if status == 429 else FailureKind.server_error
             raise AttemptFailed(kind, f"upstream answered {status}", _retry_after(answer.response))
         if not stream or status >= 300:
-            answer.body = await answer.response.aread()
+            answer.body = await answer.response.read()
             return
-        answer.events = split_events(answer.response.aiter_raw())
+        answer.events = split_events(answer.response.content.iter_any())
         async for data in answer.events:
             answer.first_events.append(data)
             if data == DONE or has_content(json.loads(data)):
@@ -210,17 +211,25 @@ class UpstreamClient:
         raise AttemptFailed(FailureKind.broken, "the stream ended before its first token")
 
 
-async def _give_up(channel: ChannelState, model: str, response: httpx.Response | None,
+async def _give_up(channel: ChannelState, model: str, response: aiohttp.ClientResponse | None,
                    failure: AttemptFailed | None) -> None:
     channel.in_flight -= 1
     # a 429 says the channel is busy, not broken: it does not count against the breaker
     neutral = failure is None or failure.kind is FailureKind.rate_limited
     _judge(channel, model, None if neutral else False)
     if response is not None:
-        await response.aclose()
+        _close(response, reuse=False)
 
 
-def _retry_after(response: httpx.Response) -> float | None:
+def _close(response: aiohttp.ClientResponse, reuse: bool) -> None:
+    """Give the connection back to the pool only after a complete answer; anything else may be mid-body."""
+    if reuse:
+        response.release()
+    else:
+        response.close()
+
+
+def _retry_after(response: aiohttp.ClientResponse) -> float | None:
     value = response.headers.get("retry-after-ms")
     try:
         if value is not None:

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from tests.gateway.harness import GatewayHarness, settings_for
@@ -41,3 +42,10 @@ async def gateway_for(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[G
     yield start
     for harness in started:
         await harness.stop()
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    """The HTTP client the upstream client sends with, closed after the test."""
+    async with aiohttp.ClientSession() as client:
+        yield client

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Awaitable, Callable
 
 import openai
@@ -115,3 +117,22 @@ async def test_an_upstream_500_everywhere_is_a_502_and_is_not_charged(
     assert failed.value.status_code == 502
     usage = await gateway.usage(key_id=key_id)
     assert usage["completion_tokens"] == 0 and usage["prompt_tokens"] == 0
+
+
+async def test_each_request_gets_one_log_line_with_its_key_id_and_never_the_secret(
+        upstreams: Start, gateway_for: StartGateway, caplog: pytest.LogCaptureFixture) -> None:
+    gateway = await gateway_for([await upstreams()])
+    key_id, secret = await gateway.key()
+    caplog.set_level(logging.INFO, logger="tidegate.gateway.access")
+    response = await gateway.client(secret).chat.completions.with_raw_response.create(
+        model="smollm2", messages=MESSAGES, max_tokens=2, extra_headers={"x-request-id": "req-42"})  # type: ignore[arg-type]
+    assert response.headers["x-request-id"] == "req-42"
+    with pytest.raises(openai.AuthenticationError):
+        await gateway.client("tg-wrong").completions.create(model="smollm2", prompt="x")
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "tidegate.gateway.access"]
+    assert len(lines) == 2
+    served, refused = lines
+    assert served["request_id"] == "req-42" and served["key_id"] == key_id and served["status"] == 200
+    assert (served["channel"], served["attempts"], served["completion_tokens"]) == ("c0", 1, 2)
+    assert refused["status"] == 401 and refused["key_id"] is None
+    assert secret not in caplog.text and "tg-wrong" not in caplog.text

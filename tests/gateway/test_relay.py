@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 
-import httpx
+import aiohttp
 
 from config import Breaker, Channel, Retries, Timeouts
 from gateway.channels import ChannelState
@@ -18,10 +18,11 @@ from tests.gateway.upstreams import Fault, MockUpstream
 Start = Callable[..., Awaitable[MockUpstream]]
 
 
-async def answer_from(upstream: MockUpstream, stream: bool, max_tokens: int = 6) -> Answer:
+async def answer_from(session: aiohttp.ClientSession, upstream: MockUpstream, stream: bool,
+                      max_tokens: int = 6) -> Answer:
     config = Channel(name="c", base_url=upstream.base_url, models={"public": "private"})
     state = ChannelState(config, Timeouts(connect=1, first_token=2, idle=0.3, total=5), Breaker())
-    client = UpstreamClient(Router([state]), Retries(max_attempts=1), httpx.AsyncClient())
+    client = UpstreamClient(Router([state]), Retries(max_attempts=1), session)
     body = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": max_tokens, "stream": stream}
     return await client.call(UpstreamRequest("public", "/chat/completions", body, stream, time.monotonic() + 5))
 
@@ -38,8 +39,8 @@ async def relay_all(relay: StreamRelay) -> list[bytes]:
     return events
 
 
-async def test_usage_is_read_then_stripped_when_the_client_did_not_ask_for_it(upstreams: Start) -> None:
-    answer = await answer_from(await upstreams(), stream=True)
+async def test_usage_is_read_then_stripped_when_the_client_did_not_ask_for_it(upstreams: Start, session: aiohttp.ClientSession) -> None:
+    answer = await answer_from(session, await upstreams(), stream=True)
     relay = StreamRelay(answer, wants_usage=False, deadline=time.monotonic() + 5, idle=1)
     events = await relay_all(relay)
     assert relay.usage is not None and relay.usage.completion_tokens == 6
@@ -50,15 +51,15 @@ async def test_usage_is_read_then_stripped_when_the_client_did_not_ask_for_it(up
     assert answer.channel.in_flight == 0
 
 
-async def test_usage_is_kept_when_the_client_asked_for_it(upstreams: Start) -> None:
-    relay = StreamRelay(await answer_from(await upstreams(), stream=True), wants_usage=True,
+async def test_usage_is_kept_when_the_client_asked_for_it(upstreams: Start, session: aiohttp.ClientSession) -> None:
+    relay = StreamRelay(await answer_from(session, await upstreams(), stream=True), wants_usage=True,
                         deadline=time.monotonic() + 5, idle=1)
     events = await relay_all(relay)
     assert json.loads(events[-2][6:])["usage"]["completion_tokens"] == 6
 
 
-async def test_a_stream_cut_halfway_ends_with_an_error_event_and_a_channel_failure(upstreams: Start) -> None:
-    answer = await answer_from(await upstreams(Fault.cut), stream=True, max_tokens=8)
+async def test_a_stream_cut_halfway_ends_with_an_error_event_and_a_channel_failure(upstreams: Start, session: aiohttp.ClientSession) -> None:
+    answer = await answer_from(session, await upstreams(Fault.cut), stream=True, max_tokens=8)
     relay = StreamRelay(answer, wants_usage=False, deadline=time.monotonic() + 5, idle=1)
     events = await relay_all(relay)
     assert events[-1].startswith(b"event: error\n")
@@ -67,10 +68,10 @@ async def test_a_stream_cut_halfway_ends_with_an_error_event_and_a_channel_failu
     assert answer.channel.counters("public").failures == 1
 
 
-async def test_an_upstream_stalling_mid_stream_hits_the_idle_deadline(upstreams: Start) -> None:
+async def test_an_upstream_stalling_mid_stream_hits_the_idle_deadline(upstreams: Start, session: aiohttp.ClientSession) -> None:
     slow = await upstreams()
     slow.stall_at = 3
-    answer = await answer_from(slow, stream=True)
+    answer = await answer_from(session, slow, stream=True)
     relay = StreamRelay(answer, wants_usage=False, deadline=time.monotonic() + 5, idle=0.3)
     started = time.monotonic()
     events = await relay_all(relay)
@@ -78,8 +79,8 @@ async def test_an_upstream_stalling_mid_stream_hits_the_idle_deadline(upstreams:
     assert time.monotonic() - started < 1.0
 
 
-async def test_a_whole_answer_gets_the_public_model_name_and_its_usage_read(upstreams: Start) -> None:
-    answer = await answer_from(await upstreams(), stream=False)
+async def test_a_whole_answer_gets_the_public_model_name_and_its_usage_read(upstreams: Start, session: aiohttp.ClientSession) -> None:
+    answer = await answer_from(session, await upstreams(), stream=False)
     body, usage = rewrite_body(answer)
     await answer.finish(True)
     assert json.loads(body)["model"] == "public" and usage is not None and usage.completion_tokens == 6
