@@ -1,1 +1,49 @@
+"""The inference backend: engine (scheduler, paged KV cache, sampler, model runner) and its OpenAI server.
 
+The engine's public names are re-exported here lazily, so that light modules of this package (the model
+cache, used by the CLI) do not pay for importing torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from backend.engine import Engine
+    from backend.engine_config import EngineConfig
+    from backend.errors import EngineOverloaded, InvalidRequest, QueueTimeout
+    from backend.records import Completion, Delta, EngineStats, GenerateRequest
+    from backend.sampling_params import SamplingParams
+
+_EXPORTS = {
+    "Completion": "backend.records",
+    "Delta": "backend.records",
+    "Engine": "backend.engine",
+    "EngineConfig": "backend.engine_config",
+    "EngineOverloaded": "backend.errors",
+    "EngineStats": "backend.records",
+    "GenerateRequest": "backend.records",
+    "InvalidRequest": "backend.errors",
+    "QueueTimeout": "backend.errors",
+    "SamplingParams": "backend.sampling_params",
+}
+
+__all__ = [
+    "Completion",
+    "Delta",
+    "Engine",
+    "EngineConfig",
+    "EngineOverloaded",
+    "EngineStats",
+    "GenerateRequest",
+    "InvalidRequest",
+    "QueueTimeout",
+    "SamplingParams",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'backend' has no attribute {name!r}")

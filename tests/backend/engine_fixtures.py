@@ -1,0 +1,84 @@
+"""Shared pieces of the engine tests: one loaded model, engines of any size over it, and the
+transformers reference (greedy tokens for the same GGUF weights, each prompt run alone)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from backend.engine import Engine, EngineConfig
+from backend.loader import LoadedModel, load_model
+
+REFERENCE_TOKENS = 48
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village by the sea,",
+    "1, 2, 3, 4, 5,",
+    "Translate to French: Good morning, how are you today?",
+    "The three primary colors are",
+    "Water boils at a temperature of",
+    "Here is a haiku about autumn leaves:\n",
+]
+
+
+@pytest.fixture(scope="session")
+def loaded_model(model_path: Path) -> LoadedModel:
+    torch.set_num_threads(1)  # under a shared CPU, 2-thread OMP barriers cost more than they win
+    return load_model(model_path)
+
+
+@pytest.fixture(scope="session")
+def prompt_ids(loaded_model: LoadedModel) -> list[list[int]]:
+    """The 8 prompts raw, then the same 8 through the chat template (16 token lists)."""
+    tok = loaded_model.tokenizer
+    raw = [tok.encode(p) for p in PROMPTS]
+    chat = [tok.encode(tok.apply_chat_template([{"role": "user", "content": p}])) for p in PROMPTS]
+    return raw + chat
+
+
+@pytest.fixture(scope="session")
+def reference_tokens(model_path: Path, prompt_ids: list[list[int]]) -> list[list[int]]:
+    """transformers' greedy continuation of each prompt (float32, REFERENCE_TOKENS long), computed in one
+    left-padded static batch: batch 1 per prompt would take minutes on this CPU."""
+    from transformers import AutoModelForCausalLM
+
+    hf: Any = AutoModelForCausalLM.from_pretrained(
+        str(model_path.parent), gguf_file=model_path.name, dtype=torch.float32
+    )
+    hf.eval()
+    width = max(len(ids) for ids in prompt_ids)
+    input_ids = torch.tensor([[0] * (width - len(ids)) + ids for ids in prompt_ids])
+    mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids])
+    with torch.inference_mode():
+        generated = hf.generate(
+            input_ids,
+            attention_mask=mask,
+            max_new_tokens=REFERENCE_TOKENS,
+            min_new_tokens=REFERENCE_TOKENS,
+            do_sample=False,
+            pad_token_id=0,
+        )
+    return generated[:, width:].tolist()
+
+
+@pytest.fixture
+def make_engine(loaded_model: LoadedModel, model_path: Path) -> Iterator[Any]:
+    """Build engines over the shared model; each is shut down after the test."""
+    engines: list[Engine] = []
+
+    def build(**overrides: Any) -> Engine:
+        config = EngineConfig(model_path=model_path, threads=1, kv_cache_memory=16 * 1024 * 1024)
+        for key, value in overrides.items():
+            setattr(config, key, value)
+        engine = Engine(config, loaded=loaded_model)
+        engines.append(engine)
+        return engine
+
+    yield build
+    for engine in engines:
+        engine.shutdown()
