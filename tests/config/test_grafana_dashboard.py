@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from types import SimpleNamespace
 
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from backend.metrics import BackendMetrics
+from backend.records import EngineStats
 from config import GatewaySettings
 from gateway.app import create_app
 
@@ -34,8 +34,7 @@ def gateway_series(tmp_path: Path) -> set[str]:
 
 
 def backend_series() -> set[str]:
-    # The fields of backend.engine.EngineStats, which the metrics read at scrape time.
-    stats = SimpleNamespace(num_running=1, num_waiting=0, kv_blocks_total=64, kv_blocks_free=60, kv_usage=0.06,
+    stats = EngineStats(num_running=1, num_waiting=0, kv_blocks_total=64, kv_blocks_free=60, kv_usage=0.06,
                         prefix_cache_queries=10, prefix_cache_hits=4, num_preemptions=0, steps=7)
     return series_names(BackendMetrics("smollm2", lambda: stats).render().decode())
 
