@@ -12,7 +12,7 @@ import asyncio
 import itertools
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +31,10 @@ KEEP_UP_RATIO = 0.95
 # describe the client as much as the server.
 CLIENT_BOUND_SHARE = 0.2
 CLIENT_BOUND_MS = 10.0
+
+
+# runs one conversation whose first turn is scheduled at the given second of the run
+Converse = Callable[[Conversation, float], Coroutine[Any, Any, None]]
 
 
 class ProfileError(ValueError):
@@ -199,7 +203,7 @@ class LoadGenerator:
         result.duration = time.perf_counter() - t0
         return result
 
-    async def _closed_loop(self, conversations: Iterator[Conversation], converse: Any,
+    async def _closed_loop(self, conversations: Iterator[Conversation], converse: Converse,
                            profile: LoadProfile, t0: float) -> None:
         async def worker() -> None:
             # workers share one iterator; next() never awaits, so no two take the same conversation
@@ -212,9 +216,9 @@ class LoadGenerator:
         assert profile.concurrency is not None
         await asyncio.gather(*(worker() for _ in range(profile.concurrency)))
 
-    async def _open_loop(self, conversations: Iterator[Conversation], converse: Any,
+    async def _open_loop(self, conversations: Iterator[Conversation], converse: Converse,
                          arrivals: list[float], t0: float) -> None:
-        tasks = []
+        tasks: list[asyncio.Task[None]] = []
         for at, conversation in zip(arrivals, conversations, strict=False):
             delay = t0 + at - time.perf_counter()
             if delay > 0:
