@@ -34,6 +34,8 @@ class MockUpstream:
     fault: Fault = Fault.none
     chunk_delay: float = 0.0
     stall_at: int = -1  # the chunk before which a stream stalls for good (-1: never)
+    healthy: bool = True  # what /health answers
+    health_checks: int = 0
     port: int = field(default_factory=free_port)
     attempts: int = 0
     completed: int = 0
@@ -66,7 +68,8 @@ class MockUpstream:
             await asyncio.wait_for(self._task, 5)
 
     async def _health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        self.health_checks += 1
+        return JSONResponse({"status": "ok" if self.healthy else "down"}, status_code=200 if self.healthy else 503)
 
     async def _complete(self, request: Request) -> Response:
         self.attempts += 1
