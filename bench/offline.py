@@ -133,6 +133,11 @@ def main() -> None:
         rows.append((name, f"{ours:.1f} {unit}", "-" if theirs is None else f"{theirs:.1f} {unit}", ratio))
         print(f"{name}: tidegate {rows[-1][1]}, transformers {rows[-1][2]} {ratio}", flush=True)
 
+    if args.scenario in ("batch1", "all"):
+        prompt = make_jobs(rng, vocab, [32], [0])[0].prompt
+        ours = engine_decode_ms(engine, prompt, 128)
+        theirs = transformers_decode_ms(hf, prompt, 128) if hf is not None else None
+        compare("batch-1 decode ms/step (32 in, 128 steps)", ours, theirs, "ms", False)
     if args.scenario in ("fixed", "all"):
         n, i, o = args.num_requests, args.input_len, args.output_len
         jobs = make_jobs(rng, vocab, [i] * n, [o] * n)
@@ -148,11 +153,6 @@ def main() -> None:
         ours = run_engine(engine, jobs, "tidegate mixed")
         theirs = run_transformers(hf, jobs, 32, "transformers mixed") if hf is not None else None
         compare(f"mixed {n} requests output tokens/s", ours, theirs, "tok/s", True)
-    if args.scenario in ("batch1", "all"):
-        prompt = make_jobs(rng, vocab, [32], [0])[0].prompt
-        ours = engine_decode_ms(engine, prompt, 128)
-        theirs = transformers_decode_ms(hf, prompt, 128) if hf is not None else None
-        compare("batch-1 decode ms/step (32 in, 128 steps)", ours, theirs, "ms", False)
     engine.shutdown()
     print("\n| measure | tidegate | transformers | speed-up |\n| --- | --- | --- | --- |")
     for row in rows:
