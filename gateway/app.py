@@ -52,7 +52,8 @@ class Gateway:
         self.tracing = setup_tracing(settings.tracing)
         self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics, self.tracing)
         self.admin = AdminApi(quota, self.router, settings.admin_key)
-        self.health = HealthChecker(channels, settings.health_check_interval, self.http)
+        self.health = HealthChecker(channels, settings.health_check_interval, self.http,
+                                    settings.health_check_timeout, settings.unhealthy_threshold)
         self.breaker_sync = None
         if settings.redis_url:
             client = redis.from_url(settings.redis_url, socket_timeout=settings.redis_timeout)
