@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field
 
+from config.gateway import Tracing
+
 
 class BackendSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -28,3 +30,4 @@ class BackendSettings(BaseModel):
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     threads: int | None = Field(default=None, ge=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    tracing: Tracing = Field(default_factory=Tracing)  # spans per request; service name tidegate-backend
