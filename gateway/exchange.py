@@ -66,7 +66,8 @@ class Exchange:
     def hold(self, reservation: Reservation) -> None:
         """Keep the reservation's concurrency lease alive until `end`."""
         self._reservation = reservation
-        self._renewal = asyncio.create_task(self._renew(reservation))
+        if reservation.lease_levels:  # no concurrency limit anywhere: no lease to keep alive
+            self._renewal = asyncio.create_task(self._renew(reservation))
 
     async def take_slot(self, pool: PriorityPool) -> None:
         queued = time.monotonic()

@@ -148,3 +148,27 @@ async def test_a_sub_account_cap_holds_across_its_keys(upstreams: Start, gateway
     assert outcomes.count("ok") == 5
     usage = await gateway.usage(sub_account_id=team)
     assert usage["requests"] == 5
+
+
+async def test_the_priority_field_picks_the_class_and_an_upstream_4xx_passes_through_uncharged(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    upstream = await upstreams(chunk_delay=0.3)
+    gateway = await gateway_for([upstream], priority_classes={
+        "realtime": {"max_concurrency": 4}, "batch": {"max_concurrency": 1, "queue_size": 4, "queue_timeout": 5}})
+    key_id, secret = await gateway.key()
+    client = gateway.client(secret)
+    jobs = [asyncio.create_task(client.chat.completions.create(  # type: ignore[call-overload]
+        model="smollm2", messages=MESSAGES, max_tokens=2, extra_body={"priority": "batch"})) for _ in range(2)]
+    await asyncio.sleep(0.15)
+    assert (await gateway.admin.get("/health")).json()["priority"]["batch"] == {"active": 1, "queued": 1}
+    await asyncio.gather(*jobs)
+    assert all("priority" not in body for body in upstream.seen_bodies)  # a class name means nothing upstream
+
+    upstream.fault = Fault.bad_request
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as rejected:
+            await client.chat.completions.create(model="smollm2", messages=MESSAGES, stream=stream)  # type: ignore[call-overload]
+        assert rejected.value.code == "upstream_says_no"
+    channel = (await gateway.admin.get("/admin/channels")).json()["data"][0]["models"]["smollm2"]
+    assert channel["breaker"] == "closed" and channel["failures"] == 0  # the caller's fault, not the channel's
+    assert (await gateway.usage(key_id=key_id))["completion_tokens"] == 4  # the two served requests only

@@ -25,6 +25,7 @@ class Fault(StrEnum):
     rate_limited = "rate_limited"  # 429 with Retry-After
     hang = "hang"  # accepts the request, never answers
     cut = "cut"  # streams half the chunks, then drops the connection
+    bad_request = "bad_request"  # a 400 of the upstream's own
 
 
 @dataclass
@@ -80,6 +81,9 @@ class MockUpstream:
         if self.fault is Fault.rate_limited:
             return JSONResponse({"error": {"message": "busy", "type": "rate_limit"}}, status_code=429,
                                 headers={"retry-after": "0.2"})
+        if self.fault is Fault.bad_request:
+            error = {"message": "no", "type": "invalid_request_error", "param": None, "code": "upstream_says_no"}
+            return JSONResponse({"error": error}, status_code=400)
         if self.fault is Fault.hang:
             await asyncio.sleep(3600)
         chat = request.url.path.endswith("/chat/completions")
