@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import httpx
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
@@ -10,6 +13,7 @@ from opentelemetry.trace import StatusCode
 
 from config.gateway import Tracing as TracingSettings
 from gateway.tracing import NOOP_REQUEST, otlp_traces_url, setup_tracing
+from tests.gateway.live_stack import ADMIN_KEY, live_stack
 from tests.gateway.otlp_collector import running_collector
 
 
@@ -158,3 +162,46 @@ def test_otlp_exporter_delivers_spans_to_a_collector_over_http() -> None:
         ("gw-otlp", "POST /v1/completions"), ("gw-otlp", "gateway.admission")]
     root = next(s for s in spans if s.name == "POST /v1/completions")
     assert root.attributes["tidegate.request_id"] == "req-otlp"
+
+
+def test_one_request_through_gateway_and_backend_is_one_trace(tmp_path: Path, model_path: Path) -> None:
+    with running_collector() as collector:
+        otlp = {"exporter": "otlp", "otlp_endpoint": collector.endpoint}
+        env = {"OTEL_BSP_SCHEDULE_DELAY": "50",  # export within 50 ms, not 5 s
+               "TIDEGATE_BACKEND__TRACING__EXPORTER": "otlp",
+               "TIDEGATE_BACKEND__TRACING__OTLP_ENDPOINT": collector.endpoint}
+        with live_stack(tmp_path, model_path, gateway={"tracing": otlp}, env=env) as stack:
+            admin = httpx.Client(base_url=stack.url, headers={"authorization": f"Bearer {ADMIN_KEY}"})
+            account = admin.post("/admin/accounts", json={"name": "traced"}).json()
+            created = admin.post("/admin/keys", json={"account_id": account["id"], "name": "k"}).json()
+            completion = stack.client(created["key"]).chat.completions.create(
+                model="smollm2", messages=[{"role": "user", "content": "Hi"}], max_tokens=3)
+            spans = collector.wait_for(lambda spans: {"engine.decode", "POST /v1/chat/completions"}
+                                       <= {s.name for s in spans} and len(spans) >= 8)
+
+    assert completion.usage is not None
+    assert len({s.trace_id for s in spans}) == 1
+    gateway = {s.name: s for s in spans if s.service == "tidegate-gateway"}
+    backend = {s.name: s for s in spans if s.service == "tidegate-backend"}
+    assert sorted(gateway) == ["POST /v1/chat/completions", "gateway.admission", "gateway.queue_wait",
+                               "gateway.upstream_attempt"]
+    assert sorted(backend) == ["POST /v1/chat/completions", "engine.decode", "engine.prefill", "engine.queue"]
+    root, attempt = gateway["POST /v1/chat/completions"], gateway["gateway.upstream_attempt"]
+    assert root.parent_span_id == ""
+    assert {s.parent_span_id for n, s in gateway.items() if n != root.name} == {root.span_id}
+    # The backend's request hangs under the attempt that reached it, across the process boundary.
+    assert backend["POST /v1/chat/completions"].parent_span_id == attempt.span_id
+    assert {backend[n].parent_span_id for n in ("engine.queue", "engine.prefill", "engine.decode")} == {
+        backend["POST /v1/chat/completions"].span_id}
+    assert root.attributes["tidegate.key_id"] == created["id"]
+    assert root.attributes["tidegate.account_id"] == account["id"]
+    assert root.attributes["gen_ai.request.model"] == "smollm2"
+    assert root.attributes["tidegate.channel"] == "local-1"
+    assert root.attributes["tidegate.attempts"] == 1
+    assert root.attributes["gen_ai.usage.input_tokens"] == completion.usage.prompt_tokens
+    assert root.attributes["gen_ai.usage.output_tokens"] == completion.usage.completion_tokens == 3
+    assert root.attributes["http.response.status_code"] == 200
+    assert backend["POST /v1/chat/completions"].attributes["gen_ai.usage.output_tokens"] == 3
+    # Time nests: the backend's work lies inside the attempt, the attempt inside the request.
+    assert root.start_ns <= attempt.start_ns <= backend["engine.queue"].start_ns
+    assert backend["engine.decode"].end_ns <= root.end_ns

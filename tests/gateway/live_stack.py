@@ -1,0 +1,76 @@
+"""A real `tidegate backend` serving SmolLM2 behind a real `tidegate gateway` process, both on loopback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import yaml
+
+from tests.backend.backend_process import BackendProcess
+from tests.servers import free_port, wait_for_health
+
+ADMIN_KEY = "live-stack-admin-key"
+
+
+@dataclass(slots=True)
+class LiveStack:
+    url: str
+    backend: BackendProcess
+
+    def client(self, secret: str) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=secret, max_retries=0, timeout=60)
+
+
+@contextmanager
+def live_stack(workdir: Path, model_path: Path, gateway: dict[str, Any] | None = None,
+               env: dict[str, str] | None = None) -> Iterator[LiveStack]:
+    """Backend and gateway (embedded store, revocation seen on the next request) started side by side.
+
+    `gateway` adds to the gateway's YAML config; `env` goes to both processes.
+    """
+    backend = BackendProcess(model_path, workdir / "backend.log", env=env or {}).launch()
+    port = free_port()
+    config = workdir / "gateway.yaml"
+    config.write_text(yaml.safe_dump({
+        "admin_key": ADMIN_KEY,
+        "data_dir": str(workdir / "data"),
+        "auth_cache_ttl": 0,
+        "health_check_interval": 0.5,  # the backend turns healthy after the gateway's first check
+        "channels": [{"name": "local-1", "base_url": backend.base_url, "models": ["smollm2"]}],
+        **(gateway or {}),
+    }))
+    with (workdir / "gateway.log").open("wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "tidegate", "gateway", "--config", str(config),
+                                 "--port", str(port)], env={**os.environ, **(env or {})},
+                                stdout=log, stderr=subprocess.STDOUT)
+    try:
+        backend.wait_ready()
+        url = f"http://127.0.0.1:{port}"
+        wait_for_health(f"{url}/health", timeout=60, proc=proc)
+        _wait_for_healthy_channel(url)
+        yield LiveStack(url, backend)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        backend.stop()
+
+
+def _wait_for_healthy_channel(url: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while httpx.get(f"{url}/health", timeout=5).json().get("healthy_channels", 0) < 1:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the gateway never saw its backend channel healthy")
+        time.sleep(0.1)

@@ -1,0 +1,178 @@
+"""The admin console in headless Chromium against a real gateway and backend on loopback.
+
+An operator signs in, creates a sub-account and a key, sees the key's usage after requests made with it,
+revokes it and sees the next request refused; a wrong admin key is refused. One screenshot per step.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from tests.gateway.live_stack import ADMIN_KEY, LiveStack, live_stack
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[LiveStack]:
+    with live_stack(tmp_path_factory.mktemp("console-stack"), model_path) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1200, "height": 1600})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield page
+    context.close()
+    assert errors == [], f"the console's script failed: {errors}"
+
+
+class Steps:
+    """Screenshots named in order, one per step, into the test's temp dir."""
+
+    def __init__(self, page: Page, folder: Path) -> None:
+        self.page, self.folder, self.count = page, folder, 0
+
+    def shot(self, name: str) -> Path:
+        self.count += 1
+        path = self.folder / f"{self.count:02d}-{name}.png"
+        self.page.screenshot(path=str(path), full_page=True)
+        return path
+
+
+def sign_in(page: Page, url: str, admin_key: str) -> None:
+    page.goto(f"{url}/admin/ui")
+    page.fill("#admin-key", admin_key)
+    page.click("#signin button[type=submit]")
+
+
+def chat(stack: LiveStack, secret: str) -> openai.types.chat.ChatCompletion:
+    return stack.client(secret).chat.completions.create(
+        model="smollm2", messages=[{"role": "user", "content": "Hi"}], max_tokens=3)
+
+
+def test_operator_creates_a_key_sees_its_usage_and_revokes_it(stack: LiveStack, page: Page, tmp_path: Path) -> None:
+    steps = Steps(page, tmp_path)
+    sign_in(page, stack.url, ADMIN_KEY)
+    expect(page.locator("#app")).to_be_visible()
+    assert page.evaluate("sessionStorage.getItem('tidegate.adminKey')") == ADMIN_KEY
+    steps.shot("signed-in")
+
+    page.fill("#create-account input[name=name]", "acme")
+    page.click("#create-account button[type=submit]")
+    account_row = page.locator("#accounts-table tbody tr", has_text="acme")
+    expect(account_row).to_have_count(1)
+    account_row.locator("button.open-account").click()
+    expect(page.locator("#account-detail")).to_be_visible()
+    steps.shot("account-created")
+
+    page.fill("#create-sub-account input[name=name]", "research")
+    page.click("#create-sub-account button[type=submit]")
+    expect(page.locator("#sub-accounts-table tbody tr", has_text="research")).to_have_count(1)
+    steps.shot("sub-account-created")
+
+    page.fill("#create-key input[name=name]", "notebook")
+    page.select_option("#create-key select[name=sub_account_id]", label="research")
+    page.click("#create-key button[type=submit]")
+    expect(page.locator("#new-secret")).to_be_visible()
+    secret = page.inner_text("#new-secret-value").strip()
+    assert secret.startswith("tg-")
+    key_row = page.locator("#keys-table tbody tr", has_text="notebook")
+    expect(key_row.locator("td.state")).to_have_text("active")
+    expect(key_row).to_contain_text("research")
+    steps.shot("key-created")
+    page.click("#dismiss-secret")
+    expect(page.locator("#new-secret")).to_be_hidden()
+    assert secret not in page.content()  # shown once, then gone from the page
+
+    key_row.locator("button.edit-quota").click()
+    page.fill("#quota-form input[name=rpm]", "100")
+    page.fill("#quota-form input[name=tpm]", "50000")
+    page.click("#quota-save")
+    expect(key_row.locator("td").nth(4)).to_have_text("rpm 100 · tpm 50000")
+    steps.shot("quota-set")
+
+    completions = [chat(stack, secret) for _ in range(3)]
+    prompt = sum(c.usage.prompt_tokens for c in completions if c.usage)
+    completion = sum(c.usage.completion_tokens for c in completions if c.usage)
+
+    page.select_option("#usage-filter select[name=group]", "key")
+    page.click("#usage-filter button[type=submit]")
+    usage_row = page.locator("#usage-table tbody tr[data-series=notebook]")
+    expect(usage_row.locator("td").nth(1)).to_have_text("3")
+    expect(usage_row.locator("td").nth(2)).to_have_text(f"{prompt:,}")
+    expect(usage_row.locator("td").nth(3)).to_have_text(f"{completion:,}")
+    expect(page.locator("#usage-chart polyline[data-series=notebook]")).to_have_count(1)
+    steps.shot("usage-shown")
+
+    # Live load over the trailing minute, against each level's quota (polled every 5 s).
+    live = page.locator("#live-table tbody")
+    account_id, key_id = account_row.get_attribute("data-id"), key_row.get_attribute("data-id")
+    expect(live.locator(f"tr[data-id='{account_id}'] td.rpm")).to_have_text("3 (unlimited)", timeout=15_000)
+    expect(live.locator(f"tr[data-id='{key_id}'] td.rpm")).to_have_text("3 / 100", timeout=15_000)
+    expect(live.locator(f"tr[data-id='{key_id}'] td.tpm")).to_have_text(f"{prompt + completion:,} / 50,000")
+    channel = page.locator("#channels-table tbody tr[data-channel=local-1][data-model=smollm2]")
+    expect(channel.locator("td.breaker")).to_have_text("closed")
+    expect(channel.locator("td.health")).to_have_text("ok")
+    steps.shot("live-and-channels")
+
+    key_row.locator("button.revoke").click()
+    key_row.locator("button.revoke").click()  # the second click confirms
+    expect(key_row.locator("td.state")).to_have_text("revoked")
+    steps.shot("key-revoked")
+    with pytest.raises((openai.PermissionDeniedError, openai.AuthenticationError)):
+        chat(stack, secret)
+    assert len(list(tmp_path.glob("*.png"))) == steps.count
+
+
+def test_wrong_admin_key_is_refused_on_the_page(stack: LiveStack, page: Page, tmp_path: Path) -> None:
+    steps = Steps(page, tmp_path)
+    sign_in(page, stack.url, "not-the-admin-key")
+    expect(page.locator("#signin-error")).to_be_visible()
+    expect(page.locator("#signin-error")).to_contain_text("Admin key refused")
+    expect(page.locator("#app")).to_be_hidden()
+    assert page.evaluate("sessionStorage.getItem('tidegate.adminKey')") is None
+    steps.shot("refused")
+
+
+def test_api_errors_show_on_the_page_and_names_render_as_text(stack: LiveStack, page: Page, tmp_path: Path) -> None:
+    steps = Steps(page, tmp_path)
+    sign_in(page, stack.url, ADMIN_KEY)
+    expect(page.locator("#app")).to_be_visible()
+
+    page.fill("#create-account input[name=name]", "x" * 201)
+    page.click("#create-account button[type=submit]")
+    expect(page.locator("#app-error")).to_be_visible()
+    expect(page.locator("#app-error")).to_contain_text("name")
+    steps.shot("refused-name")
+
+    hostile = '<img src=x onerror="document.body.dataset.owned=1">'
+    page.fill("#create-account input[name=name]", hostile)
+    page.click("#create-account button[type=submit]")
+    row = page.locator("#accounts-table tbody tr", has_text=hostile)
+    expect(row).to_have_count(1)
+    expect(page.locator("#app-error")).to_be_hidden()
+    assert row.locator("img").count() == 0
+    assert page.evaluate("document.body.dataset.owned") is None
+    steps.shot("name-as-text")
