@@ -44,7 +44,7 @@ def served_model_name(settings: BackendSettings, model_path: Path) -> str:
         return settings.served_model_name
     if settings.model in MODELS:
         return settings.model
-    return model_path.stem if model_path.is_file() else model_path.name
+    return model_path.name if model_path.is_dir() else model_path.stem
 
 
 def engine_config(settings: BackendSettings, model_path: Path) -> EngineConfig:

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from backend import Delta, Engine, EngineConfig, GenerateRequest
 from backend.sampling_params import SamplingParams
-from backend.server import BackendServer
+from backend.server import BackendServer, create_app, served_model_name
 from backend.tracing import setup_backend_tracing
 from config.backend import BackendSettings
 from config.gateway import Tracing
@@ -457,3 +457,22 @@ def test_a_model_that_cannot_load_ends_the_process_with_status_1(tmp_path: Path)
                            str(free_port())], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert "loading" in done.stderr and "broken.gguf" in done.stderr
+
+
+@pytest.mark.parametrize("model, flag, expected", [("smollm2", None, "smollm2"), ("smollm2", "mine", "mine"),
+                                                   ("/m/Qwen2-0.5B.Q8_0.gguf", None, "Qwen2-0.5B.Q8_0")])
+def test_the_served_name_follows_the_model_flag(model: str, flag: str | None, expected: str) -> None:
+    settings = BackendSettings(model=model, served_model_name=flag)
+    assert served_model_name(settings, Path(model)) == expected
+
+
+async def test_before_the_model_loads_completions_get_503_with_retry_after(model_path: Path) -> None:
+    app = create_app(BackendSettings(), model_path, "smollm2")  # lifespan not run: the model never loads
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://backend") as http:
+        health = await http.get("/health")
+        answer = await http.post("/v1/completions", json={"model": "smollm2", "prompt": "hi"})
+        models = await http.get("/v1/models")
+    assert (health.status_code, health.json()) == (503, {"status": "loading"})
+    assert answer.status_code == 503 and answer.json()["error"]["code"] == "model_loading"
+    assert int(answer.headers["retry-after"]) >= 1
+    assert models.json()["data"][0]["id"] == "smollm2"
