@@ -172,3 +172,18 @@ async def test_the_priority_field_picks_the_class_and_an_upstream_4xx_passes_thr
     channel = (await gateway.admin.get("/admin/channels")).json()["data"][0]["models"]["smollm2"]
     assert channel["breaker"] == "closed" and channel["failures"] == 0  # the caller's fault, not the channel's
     assert (await gateway.usage(key_id=key_id))["completion_tokens"] == 4  # the two served requests only
+
+
+async def test_a_long_request_keeps_its_concurrency_lease_past_the_lease_ttl(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    upstream = await upstreams(chunk_delay=0.25)  # a 2 s stream against a 1 s lease: it must be renewed
+    gateway = await gateway_for([upstream], lease_ttl=1.0)
+    _, secret = await gateway.key(quota={"max_concurrency": 1})
+    client = gateway.client(secret)
+    stream = await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=8, stream=True)  # type: ignore[arg-type]
+    await asyncio.sleep(1.6)
+    with pytest.raises(openai.RateLimitError) as refused:
+        await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=1)  # type: ignore[arg-type]
+    assert "concurrency" in refused.value.message
+    assert len([chunk async for chunk in stream]) >= 8
+    await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=1)  # type: ignore[arg-type]
