@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from backend.api_errors import ApiError
 from backend.openai_protocol import (
@@ -181,3 +183,29 @@ def test_token_ids_outside_the_vocabulary_are_refused() -> None:
     assert caught.value.param == "prompt" and "10" in caught.value.message
     with pytest.raises(ApiError):
         check_token_ids([-1], 10, "stop_token_ids")
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6)
+FIELDS = ["model", "messages", "prompt", "max_tokens", "max_completion_tokens", "min_tokens", "temperature",
+          "top_p", "top_k", "seed", "stop", "stop_token_ids", "stream", "stream_options", "ignore_eos", "priority",
+          "n", "logprobs", "user", "cache_salt", "tools", "response_format", "logit_bias"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=st.dictionaries(st.sampled_from(FIELDS), JSON_VALUES, max_size=6),
+       endpoint=st.sampled_from(list(Endpoint)))
+def test_any_json_object_is_parsed_or_refused_with_a_400_never_a_crash(body: dict[str, Any],
+                                                                       endpoint: Endpoint) -> None:
+    base = chat() if endpoint is Endpoint.CHAT else completion()
+    try:
+        req = parse_request({**base, **body}, endpoint)
+    except ApiError as err:
+        assert err.status == 400 and err.message
+        return
+    try:  # what the server builds next: a valid request maps to valid sampling parameters or a 400
+        req.sampling_params(max(req.max_tokens or 16, req.min_tokens, 1))
+    except ApiError as err:
+        assert err.status == 400
