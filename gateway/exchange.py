@@ -21,6 +21,7 @@ from gateway.tracing import NOOP_REQUEST, RequestTrace
 from quota import KeyInfo, QuotaService, Reservation
 
 access_log = logging.getLogger("tidegate.gateway.access")
+log = logging.getLogger("tidegate.gateway")
 
 
 @dataclass(slots=True)
@@ -89,8 +90,11 @@ class Exchange:
         if self._reservation is not None:
             used = usage or Usage()
             self.record.prompt_tokens, self.record.completion_tokens = used.prompt_tokens, used.completion_tokens
-            await self._quota.settle(self._reservation, prompt_tokens=used.prompt_tokens,
-                                     completion_tokens=used.completion_tokens, model=self._reservation.model)
+            try:
+                await self._quota.settle(self._reservation, prompt_tokens=used.prompt_tokens,
+                                         completion_tokens=used.completion_tokens, model=self._reservation.model)
+            except Exception:  # the answer is already decided; an unsettled reservation expires by its TTL
+                log.exception("settling request %s failed", self.record.request_id)
         self.trace.set_usage(self.record.prompt_tokens, self.record.completion_tokens)
         self.trace.end(status, None if outcome in ("ok", "refused") else outcome)
         elapsed = time.monotonic() - self.started

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -59,8 +60,11 @@ class Proxy:
         except ApiError as error:
             await exchange.end(error.status, "refused" if error.status < 500 else "failed")
             return error.response(request_id)
-        except BaseException:
+        except asyncio.CancelledError:
             await exchange.end(499, "cancelled")
+            raise
+        except Exception:
+            await exchange.end(500, "error")
             raise
         exchange.record.channel, exchange.record.attempts = answer.channel.name, answer.attempts
         if call.stream and answer.status == 200:
