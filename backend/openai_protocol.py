@@ -312,6 +312,8 @@ def _reject_constant(name: str) -> Any:
 
 
 def _param_named_in(message: str) -> str | None:
-    first = message.split(" ", 1)[0]
-    return first if first.isidentifier() else None
+    """The request field a SamplingParams message is about (it names the field in its text)."""
+    return next((name for name in _SAMPLING_FIELDS if name in message), None)
 
+
+_SAMPLING_FIELDS = ("max_tokens", "min_tokens", "temperature", "top_p", "top_k", "seed", "stop_token_ids", "stop")

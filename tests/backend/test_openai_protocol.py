@@ -209,3 +209,12 @@ def test_any_json_object_is_parsed_or_refused_with_a_400_never_a_crash(body: dic
         req.sampling_params(max(req.max_tokens or 16, req.min_tokens, 1))
     except ApiError as err:
         assert err.status == 400
+
+
+@pytest.mark.parametrize("fields, param", [({"stop": ["x" * 300]}, "stop"), ({"stop": ["a"] * 17}, "stop"),
+                                           ({"temperature": 0.5, "seed": 2**63}, "seed")])
+def test_limits_only_the_sampling_params_know_are_400s_naming_the_field(fields: dict[str, Any],
+                                                                        param: str) -> None:
+    with pytest.raises(ApiError) as caught:
+        parse_request(chat(**fields), Endpoint.CHAT).sampling_params(16)
+    assert (caught.value.status, caught.value.param) == (400, param)
