@@ -198,8 +198,11 @@ class UpstreamClient:
         status = answer.status
         if status == 429 or status >= 500:
             await answer.response.read()
-            kind = FailureKind.rate_limited if status == 429 else FailureKind.server_error
-            raise AttemptFailed(kind, f"upstream answered {status}", _retry_after(answer.response))
+            retry_after = _retry_after(answer.response)
+            # a 503 with Retry-After is load shedding (busy, not broken), like a 429
+            busy = status == 429 or (status == 503 and retry_after is not None)
+            kind = FailureKind.rate_limited if busy else FailureKind.server_error
+            raise AttemptFailed(kind, f"upstream answered {status}", retry_after)
         if not stream or status >= 300:
             answer.body = await answer.response.read()
             return

@@ -23,6 +23,7 @@ class Fault(StrEnum):
     none = "none"
     error_500 = "error_500"
     rate_limited = "rate_limited"  # 429 with Retry-After
+    overloaded = "overloaded"  # 503 with Retry-After, as a backend whose queue is full answers
     hang = "hang"  # accepts the request, never answers
     cut = "cut"  # streams half the chunks, then drops the connection
     bad_request = "bad_request"  # a 400 of the upstream's own
@@ -84,6 +85,9 @@ class MockUpstream:
         if self.fault is Fault.bad_request:
             error = {"message": "no", "type": "invalid_request_error", "param": None, "code": "upstream_says_no"}
             return JSONResponse({"error": error}, status_code=400)
+        if self.fault is Fault.overloaded:
+            return JSONResponse({"error": {"message": "queue full", "type": "service_unavailable"}},
+                                status_code=503, headers={"retry-after": "0.2"})
         if self.fault is Fault.hang:
             await asyncio.sleep(3600)
         chat = request.url.path.endswith("/chat/completions")
