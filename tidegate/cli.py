@@ -54,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--max-waiting", type=int, help="bound of the waiting queue")
     be.add_argument("--queue-timeout", type=float, help="seconds a request may wait to start")
     be.add_argument("--threads", type=int, help="torch CPU threads")
+    be.add_argument("--max-waiting-tokens", type=int, help="bound of the waiting queue in prompt tokens")
+    be.add_argument("--max-body-bytes", type=int, help="largest request body accepted (413 beyond)")
+    be.add_argument("--no-prefix-caching", dest="enable_prefix_caching", action="store_false", default=None,
+                    help="turn the prefix cache off")
+    be.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
 
     gw = sub.add_parser("gateway", help="serve one gateway replica")
     gw.add_argument("--config", type=Path, help="YAML file of gateway settings (channels, classes, ...)")
@@ -63,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     gw.add_argument("--workers", type=int)
     gw.add_argument("--admin-key")
     gw.add_argument("--data-dir", type=Path)
+    gw.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
 
     admin = sub.add_parser("admin", help="accounts, sub-accounts, keys, quotas and usage over the admin API")
     _delegate_arguments(admin, "admin")
@@ -97,8 +103,9 @@ def settings_from_args(args: argparse.Namespace, section: str, fields: Sequence[
 
 BACKEND_FLAGS = ("model", "served_model_name", "host", "port", "device", "dtype", "max_num_seqs",
                  "max_num_batched_tokens", "max_model_len", "block_size", "kv_cache_memory", "max_waiting",
-                 "queue_timeout", "threads")
-GATEWAY_FLAGS = ("host", "port", "redis_url", "workers", "admin_key", "data_dir")
+                 "queue_timeout", "threads", "max_waiting_tokens", "max_body_bytes", "enable_prefix_caching",
+                 "log_level")
+GATEWAY_FLAGS = ("host", "port", "redis_url", "workers", "admin_key", "data_dir", "log_level")
 
 
 def _run_tier(command: str) -> Callable[[argparse.Namespace], int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import secrets
 import signal
 import subprocess
@@ -44,6 +45,7 @@ class Child:
         log.close()
         self.started_at = time.monotonic()
         self.restart_at = None
+        print(f"started {self.name} (pid {self.proc.pid}); log {self.log_path}", flush=True)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -115,9 +117,12 @@ def build_children(args: argparse.Namespace, settings: Settings, data_dir: Path)
     logs = data_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     backends = []
+    # replicas share the machine's cores: oversubscribed torch threads make every step slower
+    threads = max(1, (os.cpu_count() or 1) // args.replicas)
     for i in range(args.replicas):
         port = args.backend_port + i
-        argv = _tidegate("backend", "--model", args.model, "--host", "127.0.0.1", "--port", str(port))
+        argv = _tidegate("backend", "--model", args.model, "--host", "127.0.0.1", "--port", str(port),
+                         "--threads", str(threads))
         if args.model == "smollm2":
             argv += ["--served-model-name", "smollm2"]
         backends.append(Child(f"backend-{i + 1}", argv, f"http://127.0.0.1:{port}/health",

@@ -1,0 +1,119 @@
+"""`tidegate up` end to end: the printed credentials work, a crashed replica comes back, Ctrl-C stops all,
+and a second start reuses the same store and keys."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from tests.servers import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class UpProcess:
+    """`tidegate up` with its stdout collected line by line."""
+
+    def __init__(self, data_dir: Path, port: int, backend_port: int):
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tidegate", "up", "--port", str(port), "--backend-port", str(backend_port),
+             "--data-dir", str(data_dir)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for(self, pattern: str, timeout: float = 240.0) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        seen = 0
+        while time.monotonic() < deadline:
+            for line in self.lines[seen:]:
+                found = re.search(pattern, line)
+                if found:
+                    return found
+            seen = len(self.lines)
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"no line matching {pattern!r}; output:\n" + "\n".join(self.lines[-40:]))
+
+    def interrupt(self) -> int:
+        self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(timeout=60)
+
+
+@pytest.fixture
+def up_ports() -> Iterator[tuple[int, int]]:
+    yield free_port(), free_port()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/status").read_text().find("State:\tZ") < 0
+
+
+def test_up_serves_restarts_a_crashed_replica_and_stops_cleanly(tmp_path: Path, model_path: Path,
+                                                                up_ports: tuple[int, int]) -> None:
+    port, backend_port = up_ports
+    up = UpProcess(tmp_path / "data", port, backend_port)
+    try:
+        api_key = up.wait_for(r"API key:\s+(tg-\S+)").group(1)
+        admin_key = up.wait_for(r"admin key:\s+(\S+)").group(1)
+        assert up.wait_for(r"curl http://127\.0\.0\.1:\d+/v1/chat/completions")
+        client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=api_key, max_retries=0, timeout=120)
+        reply = client.chat.completions.create(model="smollm2", max_tokens=8,
+                                               messages=[{"role": "user", "content": "Say hello"}])
+        assert reply.choices[0].message.content and reply.usage and reply.usage.completion_tokens > 0
+        assert httpx.get(f"http://127.0.0.1:{port}/admin/accounts",
+                         headers={"authorization": f"Bearer {admin_key}"}).status_code == 200
+
+        backend_pid = int(up.wait_for(r"started backend-1 \(pid (\d+)\)").group(1))
+        os.kill(backend_pid, signal.SIGKILL)
+        up.wait_for(r"backend-1 exited \(-9\); restarting in 1s")
+        new_pid = int(up.wait_for(rf"started backend-1 \(pid (?!{backend_pid}\))(\d+)\)").group(1))
+        assert new_pid != backend_pid
+        deadline = time.monotonic() + 180
+        while True:  # the gateway routes to the replica again once it is healthy
+            try:
+                reply = client.chat.completions.create(model="smollm2", max_tokens=4,
+                                                       messages=[{"role": "user", "content": "Again"}])
+                break
+            except Exception:
+                assert time.monotonic() < deadline, "the restarted replica never served"
+                time.sleep(1.0)
+        gateway_pid = int(up.wait_for(r"started gateway \(pid (\d+)\)").group(1))
+    finally:
+        code = up.interrupt()
+    assert code == 0
+    assert not _alive(new_pid) and not _alive(gateway_pid)
+
+    # a second start keeps the store: the same keys, and the usage of the first run
+    again = UpProcess(tmp_path / "data", port, backend_port)
+    try:
+        assert again.wait_for(r"API key:\s+(tg-\S+)").group(1) == api_key
+        assert again.wait_for(r"admin key:\s+(\S+)").group(1) == admin_key
+        usage = httpx.get(f"http://127.0.0.1:{port}/admin/usage", headers={"authorization": f"Bearer {admin_key}"})
+        assert usage.status_code == 200 and usage.json()["requests"] >= 2
+    finally:
+        assert again.interrupt() == 0
