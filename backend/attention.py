@@ -75,6 +75,9 @@ class TorchAttention:
         self._meta: AttentionMetadata | None = None
         self._block_size = 0
         self._plan: _StepPlan | None = None
+        self._slot_source: torch.Tensor | None = None
+        self._valid_rows: torch.Tensor | None = None
+        self._slots = torch.empty(0, dtype=torch.long)
 
     def write_kv(
         self,
@@ -86,11 +89,15 @@ class TorchAttention:
     ) -> None:
         kvh, d = k_cache.shape[2], k_cache.shape[3]
         flat_k, flat_v = k_cache.view(-1, kvh, d), v_cache.view(-1, kvh, d)
-        valid = torch.nonzero(slot_mapping >= 0).squeeze(1)
-        if valid.numel() != slot_mapping.numel():
-            k, v, slot_mapping = k.index_select(0, valid), v.index_select(0, valid), slot_mapping[valid]
-        flat_k.index_copy_(0, slot_mapping, k.to(flat_k.dtype))
-        flat_v.index_copy_(0, slot_mapping, v.to(flat_v.dtype))
+        if slot_mapping is not self._slot_source:  # every layer of a step passes the same tensor
+            valid = torch.nonzero(slot_mapping >= 0).squeeze(1)
+            padded = valid.numel() != slot_mapping.numel()
+            self._slot_source, self._valid_rows = slot_mapping, valid if padded else None
+            self._slots = slot_mapping[valid] if padded else slot_mapping
+        if self._valid_rows is not None:
+            k, v = k.index_select(0, self._valid_rows), v.index_select(0, self._valid_rows)
+        flat_k.index_copy_(0, self._slots, k.to(flat_k.dtype))
+        flat_v.index_copy_(0, self._slots, v.to(flat_v.dtype))
 
     def attend(
         self,

@@ -123,11 +123,12 @@ class DecoderLayer(nn.Module):
     ) -> torch.Tensor:
         t = x.shape[0]
         qkv = F.linear(self.input_norm(x), self.qkv_proj, self.qkv_bias)
-        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = _rotate(q.view(t, self.num_heads, self.head_dim), cos, sin)
-        k = _rotate(k.view(t, self.num_kv_heads, self.head_dim), cos, sin)
+        # Q and K heads are rotated together: one set of elementwise ops instead of two.
+        qk = _rotate(qkv[:, : self.q_size + self.kv_size].view(t, -1, self.head_dim), cos, sin)
+        q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
+        v = qkv[:, self.q_size + self.kv_size :].view(t, self.num_kv_heads, self.head_dim)
         k_cache, v_cache = kv_cache
-        attention.write_kv(k, v.view(t, self.num_kv_heads, self.head_dim), k_cache, v_cache, meta.slot_mapping)
+        attention.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         o = attention.attend(q, k_cache, v_cache, meta, self.scale)
         x = x + F.linear(o.reshape(t, self.q_size), self.o_proj)
         gate, up = F.linear(self.post_norm(x), self.gate_up_proj).chunk(2, dim=-1)
