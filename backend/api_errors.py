@@ -6,7 +6,7 @@ relay and the openai SDK both rely on.
 
 from __future__ import annotations
 
-from gateway.errors import ApiError, unavailable
+from tidegate.openai_errors import ApiError, unavailable
 
 __all__ = ["ApiError", "internal", "invalid", "model_not_found", "too_large", "unavailable", "unsupported"]
 

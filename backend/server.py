@@ -34,6 +34,9 @@ from backend.request_log import configure_logging
 from backend.sampling_params import SamplingParams
 from backend.tracing import setup_backend_tracing
 from config.backend import BackendSettings
+from tidegate import openapi
+
+OPENAPI = openapi.document("tidegate backend", gateway=False)
 
 log = logging.getLogger("tidegate.backend.server")
 
@@ -78,6 +81,7 @@ class BackendServer:
                 Route("/v1/models", self.models, methods=["GET"]),
                 Route("/health", self.health, methods=["GET"]),
                 Route("/metrics", self.metrics_text, methods=["GET"]),
+                Route("/openapi.json", self.openapi, methods=["GET"]),
             ],
             lifespan=self._lifespan,
             exception_handlers={HTTPException: self.http_error},
@@ -102,6 +106,9 @@ class BackendServer:
         if self.load_error is not None:
             return JSONResponse({"status": "failed", "error": self.load_error}, status_code=503)
         return JSONResponse({"status": "loading"}, status_code=503)
+
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(OPENAPI)
 
     async def metrics_text(self, request: Request) -> Response:
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)

@@ -18,7 +18,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
 from backend.sequence import RequestTimings
 from config.gateway import Tracing as TracingSettings
-from gateway.tracing import INSTRUMENTATION, extract_context, tracer_provider
+from tidegate.telemetry import INSTRUMENTATION, extract_context, tracer_provider
 
 
 def _epoch_ns(monotonic_s: float, offset_ns: int) -> int:
