@@ -12,9 +12,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from config.gateway import Tracing as TracingSettings
-from gateway.tracing import NOOP_REQUEST, otlp_traces_url, setup_tracing
+from gateway.tracing import NOOP_REQUEST, setup_tracing
 from tests.gateway.live_stack import ADMIN_KEY, live_stack
 from tests.gateway.otlp_collector import running_collector
+from tidegate.telemetry import otlp_traces_url
 
 
 @pytest.fixture
