@@ -58,10 +58,13 @@ class Exchange:
         self._reservation: Reservation | None = None
         self._renewal: asyncio.Task[None] | None = None
         self._pool: PriorityPool | None = None
+        self._sub_account_id: str | None = None
+        self.upstream_started: float | None = None  # when the first upstream attempt began
         self._ended = False
 
     def identify(self, key: KeyInfo) -> None:
         self.record.key_id, self.record.account_id = key.id, key.account_id
+        self._sub_account_id = key.sub_account_id
         self.trace.set_key(key.id, key.account_id, key.sub_account_id)
 
     def hold(self, reservation: Reservation) -> None:
@@ -76,7 +79,15 @@ class Exchange:
             await pool.acquire()
         self._pool = pool
         self.record.priority_class = pool.name
-        self.record.queue_ms = round((time.monotonic() - queued) * 1000, 2)
+        waited = time.monotonic() - queued
+        self.record.queue_ms = round(waited * 1000, 2)
+        self._metrics.queue_wait.labels(pool.name).observe(waited)
+
+    def first_token(self) -> None:
+        """The upstream's answer head (first content token of a stream, or the whole body) has arrived."""
+        if self.upstream_started is not None and self.record.channel:
+            self._metrics.upstream_ttft.labels(self.record.channel, self.record.model or "").observe(
+                time.monotonic() - self.upstream_started)
 
     async def end(self, status: int, outcome: str, usage: Usage | None = None) -> None:
         if self._ended:
@@ -95,11 +106,17 @@ class Exchange:
                                          completion_tokens=used.completion_tokens, model=self._reservation.model)
             except Exception:  # the answer is already decided; an unsettled reservation expires by its TTL
                 log.exception("settling request %s failed", self.record.request_id)
+            else:
+                self._metrics.settled(self._reservation.account_id, self._sub_account_id, used.prompt_tokens,
+                                      used.completion_tokens)
         self.trace.set_usage(self.record.prompt_tokens, self.record.completion_tokens)
         self.trace.end(status, None if outcome in ("ok", "refused") else outcome)
         elapsed = time.monotonic() - self.started
         self.record.duration_ms = round(elapsed * 1000, 2)
-        self._metrics.observe(self.record.path, status, outcome, elapsed)
+        self._metrics.observe(self.record.path, self.record.model, self.record.channel, status, outcome, elapsed)
+        if self.upstream_started is not None and self.record.channel:
+            self._metrics.upstream_latency.labels(self.record.channel, self.record.model or "").observe(
+                time.monotonic() - self.upstream_started)
         if access_log.isEnabledFor(logging.INFO):
             access_log.info(json.dumps(asdict(self.record), separators=(",", ":")))
 

@@ -41,18 +41,46 @@ class _LiveState(Collector):
         yield from (in_flight, healthy, breaker, active, queued, degraded)
 
 
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
 class GatewayMetrics:
+    """Label sets stay bounded: routes, statuses, channels, models, classes and tenants, never a request."""
+
     def __init__(self, router: Router, pools: PriorityPools, quota: QuotaService):
-        self.registry = CollectorRegistry()
-        self.requests = Counter("tidegate_requests", "Requests by route, status and outcome",
-                                ["path", "status", "outcome"], registry=self.registry)
+        self.registry = reg = CollectorRegistry()
+        self.requests = Counter("tidegate_requests", "Requests by route, model, channel, status and outcome",
+                                ["path", "model", "channel", "status", "outcome"], registry=reg)
         self.duration = Histogram("tidegate_request_seconds", "Time from request to its end", ["path"],
-                                  registry=self.registry)
+                                  buckets=LATENCY_BUCKETS, registry=reg)
+        self.refusals = Counter("tidegate_refusals", "Admissions refused, by level and limit",
+                                ["level", "limit"], registry=reg)
+        self.queue_wait = Histogram("tidegate_queue_wait_seconds", "Wait for a priority-class slot", ["class"],
+                                    buckets=LATENCY_BUCKETS, registry=reg)
+        self.upstream_ttft = Histogram("tidegate_upstream_ttft_seconds",
+                                       "From the first upstream attempt to the first content token (or the "
+                                       "whole answer when not streamed)", ["channel", "model"],
+                                       buckets=LATENCY_BUCKETS, registry=reg)
+        self.upstream_latency = Histogram("tidegate_upstream_seconds", "From the first upstream attempt to the "
+                                          "end of the answer", ["channel", "model"], buckets=LATENCY_BUCKETS,
+                                          registry=reg)
+        self.tokens = Counter("tidegate_tokens", "Tokens settled, by account, sub-account and kind",
+                              ["account", "sub_account", "kind"], registry=reg)
         self.registry.register(_LiveState(router, pools, quota))
 
-    def observe(self, path: str, status: int, outcome: str, seconds: float) -> None:
-        self.requests.labels(path, str(status), outcome).inc()
+    def observe(self, path: str, model: str | None, channel: str | None, status: int, outcome: str,
+                seconds: float) -> None:
+        self.requests.labels(path, model or "", channel or "", str(status), outcome).inc()
         self.duration.labels(path).observe(seconds)
+
+    def refused(self, level: str | None, limit: str | None) -> None:
+        self.refusals.labels(level or "store", limit or "unavailable").inc()
+
+    def settled(self, account: str, sub_account: str | None, prompt_tokens: int, completion_tokens: int) -> None:
+        if prompt_tokens:
+            self.tokens.labels(account, sub_account or "", "prompt").inc(prompt_tokens)
+        if completion_tokens:
+            self.tokens.labels(account, sub_account or "", "completion").inc(completion_tokens)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
@@ -54,6 +55,7 @@ class Proxy:
             headers = await self._admit(exchange, key, call, request_id)
             await exchange.take_slot(self.pools.get(key.priority_class or call.priority_class))
             deadline = exchange.started + self.settings.timeouts.total
+            exchange.upstream_started = time.monotonic()
             answer = await self.upstream.call(UpstreamRequest(call.model, "/chat/completions" if chat
                                                               else "/completions", call.body, call.stream,
                                                               deadline, request_id, trace))
@@ -67,6 +69,7 @@ class Proxy:
             await exchange.end(500, "error")
             raise
         exchange.record.channel, exchange.record.attempts = answer.channel.name, answer.attempts
+        exchange.first_token()
         if call.stream and answer.status == 200:
             return self._stream(exchange, answer, call, headers, deadline)
         return await self._whole(exchange, answer, headers)
@@ -90,6 +93,7 @@ class Proxy:
         exchange.record.degraded = admission.degraded
         exchange.record.prompt_tokens = prompt
         if not admission.admitted or admission.reservation is None:
+            self.metrics.refused(admission.refused_level, admission.refused_limit)
             raise refusal(admission)
         exchange.hold(admission.reservation)
         headers = {"x-request-id": request_id, **rate_headers(admission.rate)}
