@@ -59,6 +59,8 @@ class _StepPlan:
     """What every layer of one step shares: computed once per metadata object, not once per layer."""
 
     decode_rows: torch.Tensor | None  # token rows of single-token sequences
+    decode_only: bool  # every row of the step is a decode, in order: no gather of queries, no scatter back
+    covers_all_rows: bool  # no padded rows, so the output needs no zero fill
     decode_blocks: torch.Tensor  # [Sd * nb] block ids to gather for them
     decode_mask: torch.Tensor  # [Sd, 1, 1, nb * block_size] True where a key is visible
     prefills: list[tuple[int, int, int, torch.Tensor]]  # (start, q_len, ctx_len, blocks) per sequence
@@ -108,16 +110,21 @@ class TorchAttention:
         scale: float,
     ) -> torch.Tensor:
         plan = self._plan_for(meta, k_cache.shape[1])
-        out = torch.zeros_like(q)  # padded rows stay zero rather than garbage
         num_heads, kvh, d = q.shape[1], k_cache.shape[2], k_cache.shape[3]
         group = num_heads // kvh
         if plan.decode_rows is not None:
             sd = plan.decode_rows.numel()
             # All query heads sharing a KV head become that head's "query rows": GQA without copying K/V.
-            dq = q.index_select(0, plan.decode_rows).view(sd, kvh, group, d)
+            dq = q if plan.decode_only else q.index_select(0, plan.decode_rows)
+            dq = dq.reshape(sd, kvh, group, d)
             keys = _gather(k_cache, plan.decode_blocks).view(sd, -1, kvh, d).transpose(1, 2)
             values = _gather(v_cache, plan.decode_blocks).view(sd, -1, kvh, d).transpose(1, 2)
             res = F.scaled_dot_product_attention(dq, keys, values, attn_mask=plan.decode_mask, scale=scale)
+            if plan.decode_only:
+                return res.reshape(sd, num_heads, d)
+        # Padded rows stay zero rather than garbage.
+        out = torch.empty_like(q) if plan.covers_all_rows else torch.zeros_like(q)
+        if plan.decode_rows is not None:
             out.index_copy_(0, plan.decode_rows, res.reshape(sd, num_heads, d))
         for start, q_len, ctx_len, blocks in plan.prefills:
             out[start : start + q_len] = _prefill_attention(
@@ -157,7 +164,10 @@ def _make_plan(meta: AttentionMetadata, block_size: int) -> _StepPlan:
         nb = -(-int(lens.max()) // block_size)
         decode_blocks = meta.block_tables.index_select(0, idx)[:, :nb].long().reshape(-1)
         decode_mask = (torch.arange(nb * block_size)[None, :] < lens[:, None]).view(len(decodes), 1, 1, -1)
-    return _StepPlan(decode_rows, decode_blocks, decode_mask, prefills)
+    num_rows = int(meta.slot_mapping.numel())
+    covers_all_rows = starts[-1] == num_rows
+    decode_only = covers_all_rows and len(decodes) == num_rows  # every row a decode, so rows are in order
+    return _StepPlan(decode_rows, decode_only, covers_all_rows, decode_blocks, decode_mask, prefills)
 
 
 def _prefill_attention(
