@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from backend.attention import AttentionBackend, TorchAttention
 from backend.gguf_weights import read_gguf
 from backend.model import LlamaModel
 from backend.model_config import ModelConfig, UnsupportedModelError
@@ -40,8 +41,17 @@ def load_model(path: Path, *, device: str = "cpu", dtype: torch.dtype = torch.fl
         tokenizer = Tokenizer.from_gguf_metadata(contents.metadata, max_context=config.max_position_embeddings)
     else:
         raise UnsupportedModelError(f"{path.name}: expected a .gguf file or a folder with config.json")
-    model = LlamaModel(config, dtype=dtype, rope_freq_factors=freq_factors)
+    model = LlamaModel(config, dtype=dtype, attention=attention_for(device), rope_freq_factors=freq_factors)
     model.load_weights(weights)
     model.to(device)
     model.eval()
     return LoadedModel(config=config, model=model, tokenizer=tokenizer)
+
+
+def attention_for(device: str) -> AttentionBackend:
+    """Triton kernels on CUDA; the torch reference everywhere else (and triton is then never imported)."""
+    if device.startswith("cuda"):
+        from backend.kernels import TritonAttention
+
+        return TritonAttention()
+    return TorchAttention()
