@@ -19,7 +19,7 @@ import torch
 
 from backend.attention import AttentionMetadata
 from backend.loader import load_model
-from backend.model import LlamaModel
+from backend.model import DecoderLayer, LlamaModel
 from backend.model_cache import pull
 
 BLOCK = 16
@@ -83,6 +83,21 @@ def timed(decoder: Any, token: int, steps: int) -> tuple[list[float], list[float
     return wall, cpu, token
 
 
+def matvec_floor(model: LlamaModel, rounds: int = 10) -> float:
+    """CPU seconds for one pass of 1-row products over every weight matrix: the floor of a decode step."""
+    weights: list[torch.Tensor] = [model.lm_head]
+    for layer in model.layers:
+        assert isinstance(layer, DecoderLayer)
+        weights += [layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj]
+    inputs = {w.shape[1]: torch.randn(1, w.shape[1], dtype=w.dtype) for w in weights}
+    with torch.inference_mode():
+        start = time.process_time()
+        for _ in range(rounds):
+            for w in weights:
+                torch.nn.functional.linear(inputs[w.shape[1]], w)
+    return (time.process_time() - start) / rounds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--context", type=int, default=256, help="prompt length before decoding")
@@ -108,11 +123,13 @@ def main() -> None:
             wall, cpu, tokens[name] = timed(dec, tokens[name], 8)
             results[name][0].extend(wall)
             results[name][1].extend(cpu)
+    floor = matvec_floor(ours_model)
     print(f"batch-1 decode, context {args.context}, {args.threads} threads, ours in {args.dtype}, {len(results['tidegate'][0])} steps each")
     print(f"{'model':<14}{'median ms':>10}{'p90 ms':>10}{'cpu ms':>10}")
     for name, (wall, cpu) in results.items():
         p90 = statistics.quantiles(wall, n=10)[-1]
         print(f"{name:<14}{1000 * statistics.median(wall):>10.1f}{1000 * p90:>10.1f}{1000 * statistics.median(cpu):>10.1f}")
+    print(f"matrix-vector products alone over our weights: {1000 * floor:.1f} cpu ms per step")
 
 
 if __name__ == "__main__":
