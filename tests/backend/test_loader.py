@@ -89,6 +89,25 @@ def test_qwen2_gguf_with_attention_biases(tmp_path: Path) -> None:
     torch.testing.assert_close(prefill_logits(ours.model, PROMPT), hf_logits(model, PROMPT), rtol=1e-4, atol=1e-4)
 
 
+def test_gguf_rope_freqs_factors_reproduce_llama3_scaling(tmp_path: Path) -> None:
+    # llama.cpp stores Llama 3.1 RoPE scaling as per-frequency divisors in `rope_freqs.weight`.
+    scaling = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16,
+    }
+    config = tiny_config("llama", rope_scaling=scaling, rope_theta=500000.0)
+    model = tiny_hf_model(config, seed=6)
+    plain = load_model(write_hf_folder(tiny_hf_model(tiny_config("llama", rope_theta=500000.0)), tmp_path / "p"))
+    scaled = load_model(write_hf_folder(model, tmp_path / "s"))
+    factors = (plain.model.rotary.inv_freq / scaled.model.rotary.inv_freq).numpy()
+    assert (factors > 1).any()  # the scaling really changes some frequencies
+    path = write_gguf(tmp_path / "l3.gguf", model.state_dict(), config, extra={"rope_freqs.weight": factors})
+    torch.testing.assert_close(prefill_logits(load_model(path).model, PROMPT), hf_logits(model, PROMPT), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize(
     ("model_type", "overrides"),
     [

@@ -107,10 +107,12 @@ def write_gguf(
     *,
     arch: str = "llama",
     types: dict[str, Q] | None = None,
+    extra: dict[str, np.ndarray] | None = None,
     seed: int = 0,
 ) -> Path:
     """Write HF-named tensors as a GGUF; `types` maps a GGUF tensor name to its type (default F32).
 
+    `extra` adds tensors as they are (F32), such as llama.cpp's `rope_freqs.weight`.
     K-quant tensors get random content (gguf-py cannot encode them); the caller compares against a
     reference that reads the same file, so the values need not come from `state`.
     """
@@ -149,6 +151,8 @@ def write_gguf(
             writer.add_tensor(name, np.ascontiguousarray(w))
         else:
             writer.add_tensor(name, quantize(w, qtype), raw_dtype=qtype)
+    for name, array in (extra or {}).items():
+        writer.add_tensor(name, array)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
