@@ -71,11 +71,13 @@ class TorchAttention:
 
     Decodes of all sequences are gathered into one padded batch and computed by one masked
     `scaled_dot_product_attention`; each prefill chunk gets its own call (its cost dwarfs the call overhead).
+    What every layer of a step shares is computed once, keyed on the identity of the metadata's tensors: build
+    new tensors for each step rather than refilling the previous step's in place.
     """
 
     def __init__(self) -> None:
-        self._meta: AttentionMetadata | None = None
-        self._block_size = 0
+        self._plan_key: tuple[torch.Tensor, ...] = ()
+        self._plan_block_size = 0
         self._plan: _StepPlan | None = None
         self._slot_source: torch.Tensor | None = None
         self._valid_rows: torch.Tensor | None = None
@@ -133,10 +135,11 @@ class TorchAttention:
         return out
 
     def _plan_for(self, meta: AttentionMetadata, block_size: int) -> _StepPlan:
-        if self._meta is meta and self._block_size == block_size and self._plan is not None:
-            return self._plan
-        self._plan = _make_plan(meta, block_size)
-        self._meta, self._block_size = meta, block_size
+        key = (meta.query_start_loc, meta.context_lens, meta.block_tables, meta.slot_mapping)
+        same = len(key) == len(self._plan_key) and all(x is y for x, y in zip(key, self._plan_key, strict=True))
+        if self._plan is None or not same or block_size != self._plan_block_size:
+            self._plan = _make_plan(meta, block_size)
+            self._plan_key, self._plan_block_size = key, block_size
         return self._plan
 
 

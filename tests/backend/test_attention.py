@@ -145,3 +145,28 @@ def test_metadata_reuse_across_layers_recomputes_for_new_step() -> None:
     run_case([Seq(context_len=5, q_len=1)], seed=7, attention=attention)
     run_case([Seq(context_len=9, q_len=2), Seq(context_len=5, q_len=1)], seed=8, attention=attention)
     run_case([Seq(context_len=30, q_len=1), Seq(context_len=2, q_len=1)], seed=9, attention=attention)
+
+
+def test_metadata_fields_replaced_between_steps_are_not_served_a_stale_plan() -> None:
+    attention = TorchAttention()
+    k_cache = torch.randn(8, BLOCK, KV_HEADS, HEAD_DIM)
+    v_cache = torch.randn(8, BLOCK, KV_HEADS, HEAD_DIM)
+    q = torch.randn(1, HEADS, HEAD_DIM)
+    meta = AttentionMetadata(
+        query_start_loc=torch.tensor([0, 1], dtype=torch.int32),
+        context_lens=torch.tensor([3], dtype=torch.int32),
+        block_tables=torch.tensor([[2, 5]], dtype=torch.int32),
+        slot_mapping=torch.tensor([2 * BLOCK + 2]),
+        max_query_len=1,
+        max_context_len=3,
+    )
+    scale = 1 / math.sqrt(HEAD_DIM)
+    short = attention.attend(q, k_cache, v_cache, meta, scale)
+    # Same metadata object, next step: one more token of context.
+    meta.context_lens = torch.tensor([6], dtype=torch.int32)
+    meta.max_context_len = 6
+    longer = attention.attend(q, k_cache, v_cache, meta, scale)
+    keys = torch.cat([k_cache[2], k_cache[5]])[:6]
+    values = torch.cat([v_cache[2], v_cache[5]])[:6]
+    torch.testing.assert_close(longer, dense_attention(q, keys, values, scale))
+    assert not torch.allclose(short, longer)
