@@ -22,6 +22,9 @@ PROMPTS = [
     "List three uses of a paperclip:\n1.",
     "今天天气很好，我们去",
 ]
+# The engine tests compare all eight prompts both ways through the scheduler; here, model alone, a spread of
+# three (code, translation, CJK) localises a parity break to the model without paying for all eight twice.
+MODEL_LEVEL = PROMPTS[1::3]
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +53,12 @@ def assert_same_greedy(smollm: LoadedModel, hf_model: Any, prompt: list[int]) ->
     assert len(ref) == NEW_TOKENS or ref[-1] in smollm.tokenizer.eos_token_ids
 
 
-@pytest.mark.parametrize("text", PROMPTS)
+@pytest.mark.parametrize("text", MODEL_LEVEL)
 def test_greedy_matches_transformers_on_raw_prompt(smollm: LoadedModel, hf_model: Any, text: str) -> None:
     assert_same_greedy(smollm, hf_model, smollm.tokenizer.encode(text))
 
 
-@pytest.mark.parametrize("text", PROMPTS)
+@pytest.mark.parametrize("text", MODEL_LEVEL)
 def test_greedy_matches_transformers_through_chat_template(smollm: LoadedModel, hf_model: Any, text: str) -> None:
     tok = smollm.tokenizer
     prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]))
