@@ -19,12 +19,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import httpx
 import yaml
+
+from tidegate.processes import stop_process, wait_for_health
 
 ADMIN_KEY = "bench-admin-key"
 LITELLM_KEY = "sk-bench-master"
@@ -49,20 +50,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"{url} not healthy after {timeout}s")
-
-
 class Stack:
     """The processes of one benchmark run; all are stopped on exit."""
 
@@ -77,17 +64,11 @@ class Stack:
         return proc
 
     def stop(self, proc: subprocess.Popen[bytes]) -> None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout=15)
 
     def close(self) -> None:
         for proc in reversed(self.procs):
-            if proc.poll() is None:
-                self.stop(proc)
+            self.stop(proc)
 
 
 def start_tidegate(stack: Stack, upstream_url: str, redis_url: str, workers: int) -> tuple[str, str, subprocess.Popen[bytes]]:
@@ -100,7 +81,7 @@ def start_tidegate(stack: Stack, upstream_url: str, redis_url: str, workers: int
     path.write_text(yaml.safe_dump(config))
     proc = stack.spawn([sys.executable, "-m", "tidegate.cli", "gateway", "--config", str(path), "--port", str(port)])
     url = f"http://127.0.0.1:{port}"
-    wait_healthy(url + "/health", proc)
+    wait_for_health(url + "/health", 120, proc)
     admin = {"authorization": f"Bearer {ADMIN_KEY}"}
     account = httpx.post(f"{url}/admin/accounts", json={"name": "bench"}, headers=admin).json()
     key = httpx.post(f"{url}/admin/keys", json={"account_id": account["id"]}, headers=admin).json()
@@ -117,7 +98,7 @@ def start_litellm(stack: Stack, litellm: str, upstream_url: str) -> tuple[str, s
     proc = stack.spawn([litellm, "--config", str(path), "--port", str(port), "--num_workers", "1"],
                        env={"LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False"})
     url = f"http://127.0.0.1:{port}"
-    wait_healthy(url + "/health/liveliness", proc, timeout=300)
+    wait_for_health(url + "/health/liveliness", 300, proc)
     return url, LITELLM_KEY, proc
 
 
@@ -201,7 +182,7 @@ def main() -> None:
             instant = stack.spawn([sys.executable, "-m", "bench.instant_upstream", "--port", str(upstream_port)])
             stack.spawn(["redis-server", "--port", str(redis_port), "--save", "", "--appendonly", "no"])
             upstream = f"http://127.0.0.1:{upstream_port}"
-            wait_healthy(upstream + "/health", instant)
+            wait_for_health(upstream + "/health", 120, instant)
             figures = measure("upstream", upstream, None, args.duration, workdir, instant.pid)
             for workers in (int(w) for w in args.workers.split(",")):
                 url, key, proc = start_tidegate(stack, upstream + "/v1", f"redis://127.0.0.1:{redis_port}/0",

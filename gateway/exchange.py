@@ -111,12 +111,13 @@ class Exchange:
                                       used.completion_tokens)
         self.trace.set_usage(self.record.prompt_tokens, self.record.completion_tokens)
         self.trace.end(status, None if outcome in ("ok", "refused") else outcome)
-        elapsed = time.monotonic() - self.started
+        now = time.monotonic()
+        elapsed = now - self.started
         self.record.duration_ms = round(elapsed * 1000, 2)
         self._metrics.observe(self.record.path, self.record.model, self.record.channel, status, outcome, elapsed)
         if self.upstream_started is not None and self.record.channel:
             self._metrics.upstream_latency.labels(self.record.channel, self.record.model or "").observe(
-                time.monotonic() - self.upstream_started)
+                now - self.upstream_started)
         if access_log.isEnabledFor(logging.INFO):
             access_log.info(json.dumps(asdict(self.record), separators=(",", ":")))
 

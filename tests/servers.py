@@ -9,7 +9,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
+from tidegate.processes import stop_process, wait_for_health
+
+__all__ = ["RedisServer", "free_port", "stop_process", "wait_for_health", "wait_for_port"]
 
 
 def free_port() -> int:
@@ -27,21 +29,6 @@ def wait_for_port(port: int, timeout: float = 10.0, host: str = "127.0.0.1") -> 
         except OSError:
             time.sleep(0.02)
     raise TimeoutError(f"nothing listens on {host}:{port} after {timeout}s")
-
-
-def wait_for_health(url: str, timeout: float = 60.0, proc: subprocess.Popen[bytes] | None = None) -> None:
-    """Poll `url` until it answers 200; fail early if `proc` has died."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode} before {url} was healthy")
-        try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"{url} not healthy after {timeout}s")
 
 
 @dataclass
@@ -72,13 +59,7 @@ class RedisServer:
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, timeout=5)
         self.proc = None
 
     def kill(self) -> None:

@@ -22,6 +22,7 @@ import httpx
 import yaml
 
 from config import Settings
+from tidegate.processes import stop_process
 
 BACKOFF_MAX = 30.0
 STABLE_AFTER = 60.0  # a child that has lived this long gets its backoff reset
@@ -51,15 +52,7 @@ class Child:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self, timeout: float = 10.0) -> None:
-        if not self.alive():
-            return
-        assert self.proc is not None
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc, timeout)
 
 
 def _tidegate(*args: str) -> list[str]:

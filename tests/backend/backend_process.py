@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.servers import free_port, wait_for_health, wait_for_port
+from tests.servers import free_port, stop_process, wait_for_health, wait_for_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -78,13 +78,7 @@ class BackendProcess:
             self.first_health = (answer.status_code, answer.json())
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, timeout=15)
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")

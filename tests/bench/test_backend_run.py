@@ -15,7 +15,7 @@ from bench.client import Target
 from bench.loadgen import LoadGenerator, LoadProfile
 from bench.tokenizer import PromptTokenizer
 from bench.workloads import Workload, WorkloadSpec
-from tests.servers import free_port, wait_for_health
+from tests.servers import free_port, stop_process, wait_for_health
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("backend.server") is None,
                                 reason="the backend server is not built yet")
@@ -33,12 +33,7 @@ def backend_url(model_path: Path) -> Iterator[str]:
         wait_for_health(f"{url}/health", timeout=240, proc=proc)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout=15)
 
 
 @pytest.mark.parametrize("endpoint", ["/v1/completions", "/v1/chat/completions"])

@@ -17,7 +17,7 @@ import openai
 import yaml
 
 from tests.backend.backend_process import BackendProcess
-from tests.servers import free_port, wait_for_health
+from tests.servers import free_port, stop_process, wait_for_health
 
 ADMIN_KEY = "live-stack-admin-key"
 
@@ -60,11 +60,7 @@ def live_stack(workdir: Path, model_path: Path, gateway: dict[str, Any] | None =
         _wait_for_healthy_channel(url)
         yield LiveStack(url, backend)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
         backend.stop()
 
 

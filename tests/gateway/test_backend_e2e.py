@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.gateway.harness import GatewayHarness, settings_for
-from tests.servers import free_port, wait_for_health
+from tests.servers import free_port, stop_process, wait_for_health
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("backend.server") is None,
                                 reason="backend/server.py has not landed")
@@ -28,11 +28,7 @@ def backend_url(model_path: Path) -> Iterator[str]:
         wait_for_health(f"http://127.0.0.1:{port}/health", timeout=180, proc=proc)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, timeout=15)
 
 
 async def test_chat_and_completions_through_the_gateway_settle_the_backends_usage(

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import yaml
 
-from tests.servers import free_port, wait_for_health
+from tests.servers import free_port, stop_process, wait_for_health
 
 ADMIN_KEY = "reliability-admin-key"
 
@@ -47,13 +47,7 @@ class Process:
             self.proc.wait(timeout=30)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
     def kill(self) -> None:
         self.signal(signal.SIGKILL)
