@@ -31,6 +31,9 @@ class AttentionMetadata:
 class AttentionBackend(Protocol):
     """One attention implementation (torch here; Triton kernels implement the same two calls)."""
 
+    # True when a step never reads metadata back to the host, so it can be captured in a CUDA graph.
+    graph_safe: bool
+
     def write_kv(
         self,
         k: torch.Tensor,
@@ -55,33 +58,45 @@ class AttentionBackend(Protocol):
 
 
 @dataclass(slots=True)
+class _DecodeChunk:
+    """Single-token sequences of similar context length, attended together from one gathered buffer."""
+
+    rows: torch.Tensor  # [m] token rows of these sequences in the step
+    blocks: torch.Tensor  # [m * n] block ids to gather, n blocks per sequence (the longest one's count)
+    bias: torch.Tensor  # [m, 1, n * block_size] 0 where a key is visible, -inf past the sequence's end
+
+
+@dataclass(slots=True)
 class _StepPlan:
     """What every layer of one step shares: computed once per metadata object, not once per layer."""
 
-    decode_rows: torch.Tensor | None  # token rows of single-token sequences
-    decode_only: bool  # every row of the step is a decode, in order: no gather of queries, no scatter back
+    decodes: list[_DecodeChunk]
     covers_all_rows: bool  # no padded rows, so the output needs no zero fill
-    decode_blocks: torch.Tensor  # [Sd * nb] block ids to gather for them
-    decode_mask: torch.Tensor  # [Sd, 1, 1, nb * block_size] True where a key is visible
     prefills: list[tuple[int, int, int, torch.Tensor]]  # (start, q_len, ctx_len, blocks) per sequence
 
 
 class TorchAttention:
     """Reference paged attention with torch ops; fast enough for CPU serving.
 
-    Decodes of all sequences are gathered into one padded batch and computed by one masked
-    `scaled_dot_product_attention`; each prefill chunk gets its own call (its cost dwarfs the call overhead).
-    What every layer of a step shares is computed once, keyed on the identity of the metadata's tensors: build
-    new tensors for each step rather than refilling the previous step's in place.
+    Decodes are sorted by context length and cut into chunks of about `decode_chunk_tokens` padded keys. Each
+    chunk's blocks are gathered into a reused buffer small enough to stay in the CPU cache, so the keys and
+    values come from memory once per layer; sorting keeps the padding to the longest context small when
+    lengths are mixed. Each prefill chunk gets its own `scaled_dot_product_attention` call (its cost dwarfs
+    the call overhead). What every layer of a step shares is computed once, keyed on the identity of the
+    metadata's tensors: build new tensors for each step rather than refilling the previous step's in place.
     """
 
-    def __init__(self) -> None:
+    graph_safe = False  # plans each step on the host
+
+    def __init__(self, decode_chunk_tokens: int = 4096) -> None:
+        self.decode_chunk_tokens = decode_chunk_tokens
         self._plan_key: tuple[torch.Tensor, ...] = ()
         self._plan_block_size = 0
         self._plan: _StepPlan | None = None
         self._slot_source: torch.Tensor | None = None
         self._valid_rows: torch.Tensor | None = None
         self._slots = torch.empty(0, dtype=torch.long)
+        self._buffers = [torch.empty(0), torch.empty(0)]  # keys, values
 
     def write_kv(
         self,
@@ -112,38 +127,52 @@ class TorchAttention:
         scale: float,
     ) -> torch.Tensor:
         plan = self._plan_for(meta, k_cache.shape[1])
-        num_heads, kvh, d = q.shape[1], k_cache.shape[2], k_cache.shape[3]
-        group = num_heads // kvh
-        if plan.decode_rows is not None:
-            sd = plan.decode_rows.numel()
-            # All query heads sharing a KV head become that head's "query rows": GQA without copying K/V.
-            dq = q if plan.decode_only else q.index_select(0, plan.decode_rows)
-            dq = dq.reshape(sd, kvh, group, d)
-            keys = _gather(k_cache, plan.decode_blocks).view(sd, -1, kvh, d).transpose(1, 2)
-            values = _gather(v_cache, plan.decode_blocks).view(sd, -1, kvh, d).transpose(1, 2)
-            res = F.scaled_dot_product_attention(dq, keys, values, attn_mask=plan.decode_mask, scale=scale)
-            if plan.decode_only:
-                return res.reshape(sd, num_heads, d)
+        kvh = k_cache.shape[2]
+        group = q.shape[1] // kvh
         # Padded rows stay zero rather than garbage.
         out = torch.empty_like(q) if plan.covers_all_rows else torch.zeros_like(q)
-        if plan.decode_rows is not None:
-            out.index_copy_(0, plan.decode_rows, res.reshape(sd, num_heads, d))
+        for chunk in plan.decodes:
+            out.index_copy_(0, chunk.rows, self._decode(q, k_cache, v_cache, chunk, scale))
         for start, q_len, ctx_len, blocks in plan.prefills:
             out[start : start + q_len] = _prefill_attention(
                 q[start : start + q_len], k_cache, v_cache, blocks, ctx_len, scale, group
             )
         return out
 
+    def _decode(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, chunk: _DecodeChunk, scale: float
+    ) -> torch.Tensor:
+        """One chunk of decodes: per KV head, scores and weighted values as two batched matmuls."""
+        m, kvh, d = chunk.rows.numel(), k_cache.shape[2], k_cache.shape[3]
+        keys = self._gather(k_cache, chunk.blocks, 0).view(m, -1, kvh, d)
+        values = self._gather(v_cache, chunk.blocks, 1).view(m, -1, kvh, d)
+        # The query heads sharing a KV head are the rows of one matrix: GQA without copying K or V.
+        dq = q.index_select(0, chunk.rows).view(m, kvh, -1, d)
+        res = torch.empty_like(dq)
+        for h in range(kvh):
+            scores = torch.baddbmm(chunk.bias, dq[:, h], keys[:, :, h].transpose(1, 2), alpha=scale)
+            res[:, h] = torch.bmm(torch.softmax(scores, -1), values[:, :, h])
+        return res.view(m, -1, d)
+
+    def _gather(self, cache: torch.Tensor, blocks: torch.Tensor, which: int) -> torch.Tensor:
+        """Copy blocks out of a cache into a buffer reused across chunks, layers and steps."""
+        flat = cache.view(cache.shape[0], -1)
+        size = blocks.numel() * flat.shape[1]
+        buffer = self._buffers[which]
+        if buffer.numel() < size or buffer.dtype != cache.dtype or buffer.device != cache.device:
+            buffer = self._buffers[which] = torch.empty(size, dtype=cache.dtype, device=cache.device)
+        return torch.index_select(flat, 0, blocks, out=buffer[:size].view(-1, flat.shape[1]))
+
     def _plan_for(self, meta: AttentionMetadata, block_size: int) -> _StepPlan:
         key = (meta.query_start_loc, meta.context_lens, meta.block_tables, meta.slot_mapping)
         same = len(key) == len(self._plan_key) and all(x is y for x, y in zip(key, self._plan_key, strict=True))
         if self._plan is None or not same or block_size != self._plan_block_size:
-            self._plan = _make_plan(meta, block_size)
+            self._plan = _make_plan(meta, block_size, self.decode_chunk_tokens)
             self._plan_key, self._plan_block_size = key, block_size
         return self._plan
 
 
-def _make_plan(meta: AttentionMetadata, block_size: int) -> _StepPlan:
+def _make_plan(meta: AttentionMetadata, block_size: int, chunk_tokens: int) -> _StepPlan:
     starts = meta.query_start_loc.tolist()
     ctx_lens = meta.context_lens.tolist()
     decodes: list[int] = []
@@ -156,21 +185,33 @@ def _make_plan(meta: AttentionMetadata, block_size: int) -> _StepPlan:
             decodes.append(i)
             continue
         prefills.append((start, q_len, ctx_len, meta.block_tables[i, : -(-ctx_len // block_size)].long()))
+    decodes.sort(key=lambda i: ctx_lens[i])
+    chunks: list[_DecodeChunk] = []
+    first = 0
+    while first < len(decodes):
+        # Sorted ascending, so the last sequence taken sets the chunk's padded length.
+        end = first + 1
+        while end < len(decodes) and (end + 1 - first) * _padded(ctx_lens[decodes[end]], block_size) <= chunk_tokens:
+            end += 1
+        chunks.append(_decode_chunk(meta, decodes[first:end], [starts[i] for i in decodes[first:end]], block_size))
+        first = end
+    covers_all_rows = starts[-1] == int(meta.slot_mapping.numel())
+    return _StepPlan(chunks, covers_all_rows, prefills)
 
-    decode_rows: torch.Tensor | None = None
-    decode_blocks = torch.empty(0, dtype=torch.long)
-    decode_mask = torch.empty(0, dtype=torch.bool)
-    if decodes:
-        idx = torch.tensor(decodes, dtype=torch.long)
-        decode_rows = torch.tensor([starts[i] for i in decodes], dtype=torch.long)
-        lens = meta.context_lens.index_select(0, idx).long()
-        nb = -(-int(lens.max()) // block_size)
-        decode_blocks = meta.block_tables.index_select(0, idx)[:, :nb].long().reshape(-1)
-        decode_mask = (torch.arange(nb * block_size)[None, :] < lens[:, None]).view(len(decodes), 1, 1, -1)
-    num_rows = int(meta.slot_mapping.numel())
-    covers_all_rows = starts[-1] == num_rows
-    decode_only = covers_all_rows and len(decodes) == num_rows  # every row a decode, so rows are in order
-    return _StepPlan(decode_rows, decode_only, covers_all_rows, decode_blocks, decode_mask, prefills)
+
+def _padded(ctx_len: int, block_size: int) -> int:
+    return -(-ctx_len // block_size) * block_size
+
+
+def _decode_chunk(meta: AttentionMetadata, seqs: list[int], rows: list[int], block_size: int) -> _DecodeChunk:
+    device = meta.context_lens.device
+    idx = torch.tensor(seqs, dtype=torch.long, device=device)
+    lens = meta.context_lens.index_select(0, idx).long()
+    nb = -(-int(lens.max()) // block_size)
+    blocks = meta.block_tables.index_select(0, idx)[:, :nb].long().reshape(-1)
+    hidden = torch.arange(nb * block_size, device=device)[None, :] >= lens[:, None]
+    bias = torch.zeros(hidden.shape, device=device).masked_fill_(hidden, float("-inf")).unsqueeze(1)
+    return _DecodeChunk(torch.tensor(rows, dtype=torch.long, device=device), blocks, bias)
 
 
 def _prefill_attention(
@@ -190,8 +231,8 @@ def _prefill_attention(
     mask = None
     if ctx_len > q_len:
         # Query token j sits at absolute position ctx_len - q_len + j and sees keys up to it.
-        pos = torch.arange(ctx_len - q_len, ctx_len)
-        mask = torch.arange(ctx_len)[None, :] <= pos[:, None]
+        pos = torch.arange(ctx_len - q_len, ctx_len, device=q.device)
+        mask = torch.arange(ctx_len, device=q.device)[None, :] <= pos[:, None]
     res = F.scaled_dot_product_attention(
         q.transpose(0, 1), keys, values, attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=group > 1
     )

@@ -1,8 +1,9 @@
 """CUDA graphs for decode steps: each bucketed batch size is captured once over static buffers and replayed.
 
-Not wired into the runner yet. A decode step of a small batch is bound by kernel launches (about ten per
-layer), so replaying a captured graph removes the host from the step. Only `TritonAttention` can be
-captured: the torch reference reads its metadata back to the host. Prefill runs eagerly.
+The runner replays them for decode-only steps on CUDA (`EngineConfig.cuda_graphs`, on by default). A decode
+step of a small batch is bound by kernel launches (about ten per layer), so replaying a captured graph
+removes the host from the step. Only graph-safe attention (`TritonAttention`) is captured: the torch
+reference plans each step on the host. Prefill and mixed steps run eagerly.
 """
 
 from __future__ import annotations
@@ -67,6 +68,10 @@ class DecodeGraphs:
         self.buckets = sorted({b for b in buckets if b < max_batch} | {max_batch})
         self._graphs: dict[int, _Captured] = {}
         self._capture_all()
+
+    def fits(self, batch: int, blocks_per_seq: int) -> bool:
+        """Whether a decode step of ``batch`` sequences, the widest holding that many blocks, can replay."""
+        return self.bucket_for(batch) is not None and blocks_per_seq <= self.block_tables.shape[1]
 
     def bucket_for(self, batch: int) -> int | None:
         """The smallest captured size that holds ``batch`` sequences, or None (run eagerly then)."""

@@ -23,6 +23,7 @@ class EngineConfig:
     block_size: int = 16
     kv_cache_memory: int = 512 * 1024 * 1024
     enable_prefix_caching: bool = True
+    cuda_graphs: bool = True  # on CUDA with graph-safe attention: decode steps replay captured graphs
     max_waiting: int = 256
     max_waiting_tokens: int = 262144
     queue_timeout: float = 30.0

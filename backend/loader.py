@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from backend import cpu_linear
 from backend.attention import AttentionBackend, TorchAttention
 from backend.gguf_weights import read_gguf
 from backend.model import LlamaModel
@@ -45,6 +46,10 @@ def load_model(path: Path, *, device: str = "cpu", dtype: torch.dtype = torch.fl
     model.load_weights(weights)
     model.to(device)
     model.eval()
+    if device.startswith("cuda"):
+        model.use_fused_kernels()
+    elif device == "cpu" and dtype == torch.float32 and cpu_linear.available():
+        model.pack_weights()
     return LoadedModel(config=config, model=model, tokenizer=tokenizer)
 
 

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from backend import cpu_linear
 from backend.attention import AttentionBackend, AttentionMetadata, TorchAttention
 from backend.model_config import ModelConfig
 
@@ -86,10 +89,26 @@ def _llama3_inv_freq(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
     return torch.where(medium, smoothed, scaled)
 
 
+def _add_norm(
+    x: torch.Tensor, residual: torch.Tensor | None, norm: RMSNorm, kernels: ModuleType | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(norm(x + residual), x + residual)`: a block's input and the residual stream after adding x to it.
+    Before the first block there is no residual yet: x itself is it."""
+    if kernels is not None:
+        if residual is None:
+            return kernels.rms_norm(x, norm.weight, norm.eps), x
+        return kernels.add_rms_norm(x, residual, norm.weight, norm.eps)
+    residual = x if residual is None else residual + x
+    return norm(residual), residual
+
+
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return x * cos + rotated * sin
+
+
+_MATRICES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 
 
 class DecoderLayer(nn.Module):
@@ -111,28 +130,52 @@ class DecoderLayer(nn.Module):
         self.post_norm = RMSNorm(h, config.rms_norm_eps, dtype)
         self.gate_up_proj = nn.Parameter(torch.empty(2 * config.intermediate_size, h, dtype=dtype), requires_grad=False)
         self.down_proj = nn.Parameter(torch.empty(h, config.intermediate_size, dtype=dtype), requires_grad=False)
+        self.linear: Callable[..., torch.Tensor] = F.linear  # cpu_linear.linear once the matrices are packed
+        # backend.kernels once use_fused_kernels has run (imported only then: on CPU triton stays unloaded)
+        self.kernels: ModuleType | None = None
+
+    def pack_weights(self) -> None:
+        """Replace the four matrices by their oneDNN-packed form (see backend/cpu_linear.py)."""
+        for name in _MATRICES:
+            packed = cpu_linear.pack(getattr(self, name))
+            delattr(self, name)
+            self.register_buffer(name, packed, persistent=False)
+        self.linear = cpu_linear.linear
 
     def forward(
         self,
         x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
+        residual: torch.Tensor | None,
+        rope: tuple[torch.Tensor, torch.Tensor],
         kv_cache: tuple[torch.Tensor, torch.Tensor],
         meta: AttentionMetadata,
         attention: AttentionBackend,
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One block; returns its output and the residual stream, which the next block's norm adds."""
         t = x.shape[0]
-        qkv = F.linear(self.input_norm(x), self.qkv_proj, self.qkv_bias)
-        # Q and K heads are rotated together: one set of elementwise ops instead of two.
-        qk = _rotate(qkv[:, : self.q_size + self.kv_size].view(t, -1, self.head_dim), cos, sin)
-        q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
+        h, residual = _add_norm(x, residual, self.input_norm, self.kernels)
+        qkv = self.linear(h, self.qkv_proj, self.qkv_bias)
+        if self.kernels is not None:
+            q = qkv[:, : self.q_size].view(t, self.num_heads, self.head_dim)
+            k = qkv[:, self.q_size : self.q_size + self.kv_size].view(t, self.num_kv_heads, self.head_dim)
+            self.kernels.apply_rotary(rope[0], q, k, rope[1])  # in place, from (positions, cos_sin_cache)
+        else:
+            # Q and K heads are rotated together: one set of elementwise ops instead of two.
+            qk = _rotate(qkv[:, : self.q_size + self.kv_size].view(t, -1, self.head_dim), *rope)
+            q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
         v = qkv[:, self.q_size + self.kv_size :].view(t, self.num_kv_heads, self.head_dim)
         k_cache, v_cache = kv_cache
         attention.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         o = attention.attend(q, k_cache, v_cache, meta, self.scale)
-        x = x + F.linear(o.reshape(t, self.q_size), self.o_proj)
-        gate, up = F.linear(self.post_norm(x), self.gate_up_proj).chunk(2, dim=-1)
-        return x + F.linear(F.silu(gate) * up, self.down_proj)
+        o = self.linear(o.reshape(t, self.q_size), self.o_proj)
+        h, residual = _add_norm(o, residual, self.post_norm, self.kernels)
+        gate_up = self.linear(h, self.gate_up_proj)
+        if self.kernels is not None:
+            act = self.kernels.silu_and_mul(gate_up)
+        else:
+            gate, up = gate_up.chunk(2, dim=-1)
+            act = F.silu(gate) * up
+        return self.linear(act, self.down_proj), residual
 
 
 class LlamaModel(nn.Module):
@@ -158,6 +201,31 @@ class LlamaModel(nn.Module):
             else nn.Parameter(torch.empty(config.vocab_size, config.hidden_size, dtype=dtype), requires_grad=False)
         )
         self.rotary = RotaryEmbedding(config, rope_freq_factors)
+        self.packed_head: torch.Tensor | None = None
+        self.kernels: ModuleType | None = None  # backend.kernels, once use_fused_kernels has run
+        self.cos_sin_cache: torch.Tensor | None = None
+
+    def use_fused_kernels(self) -> None:
+        """Run norms (with their residual adds), rotary and SiLU-and-mul as Triton kernels (GPU, or the CPU
+        interpreter in tests), with a cos/sin table covering every position the model accepts."""
+        from backend import kernels
+
+        cache = kernels.build_cos_sin_cache(self.rotary.inv_freq, self.config.max_position_embeddings)
+        self.cos_sin_cache = cache.to(self.embed_tokens.device)
+        self.kernels = kernels
+        for layer in self.layers:
+            assert isinstance(layer, DecoderLayer)
+            layer.kernels = kernels
+
+    def pack_weights(self) -> None:
+        """Pack every matrix for oneDNN, after loading, on CPU in float32 (see backend/cpu_linear.py).
+
+        The head is packed into a copy: the embedding lookup still needs the plain matrix when they are tied.
+        """
+        for layer in self.layers:
+            assert isinstance(layer, DecoderLayer)
+            layer.pack_weights()
+        self.packed_head = cpu_linear.pack(self.lm_head)
 
     @torch.inference_mode()
     def forward(
@@ -169,14 +237,20 @@ class LlamaModel(nn.Module):
     ) -> torch.Tensor:
         """Hidden states `[T, hidden]` after the final norm; K/V of the new tokens are written to the caches."""
         x = F.embedding(input_ids, self.embed_tokens)
-        cos, sin = self.rotary(positions, self.dtype)
+        if self.cos_sin_cache is not None:
+            rope = (positions, self.cos_sin_cache)
+        else:
+            rope = self.rotary(positions, self.dtype)
+        residual: torch.Tensor | None = None
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
-            x = layer(x, cos, sin, kv_cache, meta, self.attention)
-        return self.norm(x)
+            x, residual = layer(x, residual, rope, kv_cache, meta, self.attention)
+        return _add_norm(x, residual, self.norm, self.kernels)[0]
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Float32 logits `[R, vocab]` for the rows of `hidden` the caller wants to sample from."""
+        if self.packed_head is not None:
+            return cpu_linear.linear(hidden, self.packed_head).float()
         return F.linear(hidden, self.lm_head).float()
 
     @torch.inference_mode()

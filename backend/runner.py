@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from backend.attention import AttentionMetadata
+from backend.cuda_graphs import DecodeGraphs
 from backend.model import LlamaModel
 from backend.model_config import ModelConfig
 from backend.scheduler import ScheduledBatch
 from backend.sequence import Sequence
+
+log = logging.getLogger(__name__)
 
 
 def kv_block_bytes(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
@@ -28,7 +33,11 @@ class ModelRunner:
         *,
         device: str = "cpu",
         dtype: torch.dtype = torch.float32,
+        cuda_graph_batch: int = 0,
+        max_blocks_per_seq: int = 0,
     ) -> None:
+        """`cuda_graph_batch` > 0 captures decode steps of up to that many sequences (each with at most
+        `max_blocks_per_seq` blocks) as CUDA graphs, when the device is CUDA and the attention is graph-safe."""
         config = model.config
         self.model = model
         self.block_size = block_size
@@ -38,10 +47,18 @@ class ModelRunner:
             (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
             for _ in range(config.num_layers)
         ]
+        self.graphs: DecodeGraphs | None = None
+        if cuda_graph_batch > 0 and self.device.type == "cuda" and model.attention.graph_safe:
+            try:
+                self.graphs = DecodeGraphs(
+                    model, self.kv_caches, max_batch=cuda_graph_batch, max_blocks_per_seq=max_blocks_per_seq
+                )
+            except Exception:  # serve eagerly rather than not at all; the log says why
+                log.exception("CUDA graph capture failed; decode steps run eagerly")
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> tuple[torch.Tensor, list[Sequence]]:
-        """Compute the batch's new tokens; return float32 logits for the sequences that sample, and those."""
+        """Compute the batch's new tokens; return float32 logits (on the device) for the sequences that sample."""
         seqs, counts = batch.seqs, batch.num_new_tokens
         starts = [s.num_computed_tokens for s in seqs]
         input_ids: list[int] = []
@@ -73,14 +90,14 @@ class ModelRunner:
             max_query_len=max(counts),
             max_context_len=int(context_lens.max()),
         )
-        hidden = self.model(
-            torch.tensor(input_ids, dtype=torch.int64, device=self.device),
-            positions.to(self.device),
-            self.kv_caches,
-            meta,
-        )
+        ids = torch.tensor(input_ids, dtype=torch.int64, device=self.device)
         # Only a sequence whose last pending token is in this step samples; mid-prefill chunks do not.
         sampling = [i for i, seq in enumerate(seqs) if starts[i] + counts[i] == seq.num_tokens]
-        rows = query_start_loc[1:][sampling] - 1
-        logits = self.model.compute_logits(hidden[rows.to(self.device)]).float().cpu()
+        rows = (query_start_loc[1:][sampling] - 1).to(self.device)
+        graphs = self.graphs
+        if graphs is not None and max(counts) == 1 and graphs.fits(len(seqs), widest):
+            logits = graphs.replay(ids, positions.to(self.device), meta)[rows]
+        else:
+            hidden = self.model(ids, positions.to(self.device), self.kv_caches, meta)
+            logits = self.model.compute_logits(hidden[rows])
         return logits, [seqs[i] for i in sampling]

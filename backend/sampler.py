@@ -19,14 +19,14 @@ class Sampler:
         self.eos_token_ids = sorted(eos_token_ids)
 
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
-        """Sample one token per row of `logits` [R, vocab] (float32) for the R sequences."""
+        """Sample one token per row of `logits` [R, vocab] (float32, on any device) for the R sequences."""
         if not seqs:
             return []
         self._mask_early_stops(logits, seqs)
         tokens = logits.argmax(dim=-1).tolist()
         for row, seq in enumerate(seqs):
             if not seq.params.greedy:
-                tokens[row] = _sample_row(logits[row], seq.params, _generator(seq))
+                tokens[row] = _sample_row(logits[row], seq.params, _generator(seq, logits.device))
         return tokens
 
     def _mask_early_stops(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
@@ -37,9 +37,10 @@ class Sampler:
                 logits[row, banned] = float("-inf")
 
 
-def _generator(seq: Sequence) -> torch.Generator | None:
+def _generator(seq: Sequence, device: torch.device) -> torch.Generator | None:
+    # On the logits' device, so that sampling on a GPU sends back only the chosen ids.
     if seq.params.seed is not None and seq.generator is None:
-        seq.generator = torch.Generator().manual_seed(seq.params.seed)
+        seq.generator = torch.Generator(device=device).manual_seed(seq.params.seed)
     return seq.generator
 
 

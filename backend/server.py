@@ -55,7 +55,8 @@ def engine_config(settings: BackendSettings, model_path: Path) -> EngineConfig:
         model_path=model_path, device=settings.device, dtype=settings.dtype, max_num_seqs=settings.max_num_seqs,
         max_num_batched_tokens=settings.max_num_batched_tokens, max_model_len=settings.max_model_len,
         block_size=settings.block_size, kv_cache_memory=int(settings.kv_cache_memory),
-        enable_prefix_caching=settings.enable_prefix_caching, max_waiting=settings.max_waiting,
+        enable_prefix_caching=settings.enable_prefix_caching, cuda_graphs=settings.cuda_graphs,
+        max_waiting=settings.max_waiting,
         max_waiting_tokens=settings.max_waiting_tokens, queue_timeout=settings.queue_timeout,
         threads=settings.threads)
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from backend import cpu_linear
 from backend.attention import AttentionMetadata
 from backend.loader import load_model
 from backend.model import DecoderLayer, LlamaModel
@@ -85,16 +87,18 @@ def timed(decoder: Any, token: int, steps: int) -> tuple[list[float], list[float
 
 def matvec_floor(model: LlamaModel, rounds: int = 10) -> float:
     """CPU seconds for one pass of 1-row products over every weight matrix: the floor of a decode step."""
-    weights: list[torch.Tensor] = [model.lm_head]
+    products: list[tuple[Callable[..., torch.Tensor], torch.Tensor]] = [(torch.nn.functional.linear, model.lm_head)]
+    if model.packed_head is not None:
+        products = [(cpu_linear.linear, model.packed_head)]
     for layer in model.layers:
         assert isinstance(layer, DecoderLayer)
-        weights += [layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj]
-    inputs = {w.shape[1]: torch.randn(1, w.shape[1], dtype=w.dtype) for w in weights}
+        products += [(layer.linear, w) for w in (layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj)]
+    inputs = {w.shape[1]: torch.randn(1, w.shape[1], dtype=model.dtype) for _, w in products}
     with torch.inference_mode():
         start = time.process_time()
         for _ in range(rounds):
-            for w in weights:
-                torch.nn.functional.linear(inputs[w.shape[1]], w)
+            for linear, w in products:
+                linear(inputs[w.shape[1]], w)
     return (time.process_time() - start) / rounds
 
 

@@ -118,42 +118,53 @@ def main() -> None:
         max_num_batched_tokens=args.max_num_batched_tokens, kv_cache_memory=args.kv_cache_memory,
     ))
     engine.start()
-    hf: Any = None
+    rng = random.Random(args.seed)
+    vocab = engine.model_config.vocab_size
+    scenarios = ("batch1", "fixed", "mixed") if args.scenario == "all" else (args.scenario,)
+    n, i, o = args.num_requests, args.input_len, args.output_len
+    prompt = make_jobs(rng, vocab, [32], [0])[0].prompt
+    fixed = make_jobs(rng, vocab, [i] * n, [o] * n)
+    m = args.mixed_requests
+    mixed = make_jobs(rng, vocab, [rng.randint(32, 512) for _ in range(m)], [rng.randint(16, 256) for _ in range(m)])
+    names = {
+        "batch1": "batch-1 decode ms/step (32 in, 128 steps)",
+        "fixed": f"fixed {n}x({i} in, {o} out) output tokens/s",
+        "mixed": f"mixed {m} requests output tokens/s",
+    }
+
+    # One side at a time, each with the process to itself: the engine's step thread has ended (and its
+    # OpenMP pool with it) before transformers loads, so neither side runs beside the other's idle threads.
+    ours: dict[str, float] = {}
+    for name in scenarios:
+        print(f"tidegate {name}", flush=True)
+        if name == "batch1":
+            ours[name] = engine_decode_ms(engine, prompt, 128)
+        else:
+            ours[name] = run_engine(engine, fixed if name == "fixed" else mixed, f"tidegate {name}")
+        print(f"  {names[name]}: {ours[name]:.1f}", flush=True)
+    engine.shutdown()
+    del engine
+    theirs: dict[str, float] = {}
     if not args.no_baseline:
         from transformers import AutoModelForCausalLM
 
         hf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
         hf.eval()
-    rng = random.Random(args.seed)
-    vocab = engine.model_config.vocab_size
+        for name in scenarios:
+            print(f"transformers {name}", flush=True)
+            if name == "batch1":
+                theirs[name] = transformers_decode_ms(hf, prompt, 128)
+            else:
+                jobs = fixed if name == "fixed" else mixed
+                theirs[name] = run_transformers(hf, jobs, n if name == "fixed" else 32, f"transformers {name}")
+            print(f"  {names[name]}: {theirs[name]:.1f}", flush=True)
+
     rows: list[tuple[str, str, str, str]] = []
-
-    def compare(name: str, ours: float, theirs: float | None, unit: str, higher_is_better: bool) -> None:
-        ratio = "" if theirs is None else f"{(ours / theirs if higher_is_better else theirs / ours):.2f}x"
-        rows.append((name, f"{ours:.1f} {unit}", "-" if theirs is None else f"{theirs:.1f} {unit}", ratio))
-        print(f"{name}: tidegate {rows[-1][1]}, transformers {rows[-1][2]} {ratio}", flush=True)
-
-    if args.scenario in ("batch1", "all"):
-        prompt = make_jobs(rng, vocab, [32], [0])[0].prompt
-        ours = engine_decode_ms(engine, prompt, 128)
-        theirs = transformers_decode_ms(hf, prompt, 128) if hf is not None else None
-        compare("batch-1 decode ms/step (32 in, 128 steps)", ours, theirs, "ms", False)
-    if args.scenario in ("fixed", "all"):
-        n, i, o = args.num_requests, args.input_len, args.output_len
-        jobs = make_jobs(rng, vocab, [i] * n, [o] * n)
-        print(f"fixed: {n} requests, {i} in, {o} out", flush=True)
-        ours = run_engine(engine, jobs, "tidegate fixed")
-        theirs = run_transformers(hf, jobs, n, "transformers fixed") if hf is not None else None
-        compare(f"fixed {n}x({i} in, {o} out) output tokens/s", ours, theirs, "tok/s", True)
-    if args.scenario in ("mixed", "all"):
-        n = args.mixed_requests
-        jobs = make_jobs(rng, vocab, [rng.randint(32, 512) for _ in range(n)],
-                         [rng.randint(16, 256) for _ in range(n)])
-        print(f"mixed: {n} requests, input 32..512, output 16..256", flush=True)
-        ours = run_engine(engine, jobs, "tidegate mixed")
-        theirs = run_transformers(hf, jobs, 32, "transformers mixed") if hf is not None else None
-        compare(f"mixed {n} requests output tokens/s", ours, theirs, "tok/s", True)
-    engine.shutdown()
+    for name in scenarios:
+        unit, higher_is_better = ("ms", False) if name == "batch1" else ("tok/s", True)
+        mine, base = ours[name], theirs.get(name)
+        ratio = "" if base is None else f"{(mine / base if higher_is_better else base / mine):.2f}x"
+        rows.append((names[name], f"{mine:.1f} {unit}", "-" if base is None else f"{base:.1f} {unit}", ratio))
     print("\n| measure | tidegate | transformers | speed-up |\n| --- | --- | --- | --- |")
     for row in rows:
         print("| " + " | ".join(row) + " |")

@@ -24,6 +24,7 @@ class BackendSettings(BaseModel):
     block_size: int = Field(default=16, ge=1, le=256)
     kv_cache_memory: ByteSize = Field(default=ByteSize(512 * 1024 * 1024))
     enable_prefix_caching: bool = True
+    cuda_graphs: bool = True  # replay captured decode steps on CUDA; false runs every step eagerly
     max_waiting: int = Field(default=256, ge=1)
     max_waiting_tokens: int = Field(default=262144, ge=1)
     queue_timeout: float = Field(default=30.0, gt=0)

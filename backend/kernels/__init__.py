@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from backend.attention import AttentionBackend, AttentionMetadata, TorchAttention
+from backend.attention import AttentionMetadata
 from backend.kernels.activation import silu_and_mul
 from backend.kernels.fused_norm import add_rms_norm, rms_norm
 from backend.kernels.kv_write import write_kv
@@ -19,7 +19,6 @@ __all__ = [
     "TritonAttention",
     "add_rms_norm",
     "apply_rotary",
-    "attention_for_device",
     "build_cos_sin_cache",
     "paged_attention",
     "rms_norm",
@@ -30,6 +29,8 @@ __all__ = [
 
 class TritonAttention:
     """Paged attention and KV writes as Triton kernels; one launch each per layer, no host sync."""
+
+    graph_safe = True
 
     def write_kv(
         self,
@@ -57,7 +58,3 @@ class TritonAttention:
             max_context_len=m.max_context_len,
         )
 
-
-def attention_for_device(device: str) -> AttentionBackend:
-    """The attention to run on ``device``: Triton kernels on CUDA, the torch reference anywhere else."""
-    return TritonAttention() if device.startswith("cuda") else TorchAttention()

@@ -13,18 +13,24 @@ BLOCK_SIZE = 16
 def make_kv_caches(model: LlamaModel, num_blocks: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     cfg = model.config
     shape = (num_blocks, BLOCK_SIZE, cfg.num_kv_heads, cfg.head_dim)
-    return [(torch.zeros(shape, dtype=model.dtype), torch.zeros(shape, dtype=model.dtype)) for _ in range(cfg.num_layers)]
+    dev = model.embed_tokens.device
+    return [
+        (torch.zeros(shape, dtype=model.dtype, device=dev), torch.zeros(shape, dtype=model.dtype, device=dev))
+        for _ in range(cfg.num_layers)
+    ]
 
 
-def single_sequence_meta(blocks: list[int], start: int, count: int) -> AttentionMetadata:
+def single_sequence_meta(
+    blocks: list[int], start: int, count: int, device: torch.device | str = "cpu"
+) -> AttentionMetadata:
     """Metadata for `count` new tokens at positions start.. of one sequence stored in `blocks`."""
     ctx = start + count
     slots = [blocks[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE for p in range(start, ctx)]
     return AttentionMetadata(
-        query_start_loc=torch.tensor([0, count], dtype=torch.int32),
-        context_lens=torch.tensor([ctx], dtype=torch.int32),
-        block_tables=torch.tensor([blocks], dtype=torch.int32),
-        slot_mapping=torch.tensor(slots, dtype=torch.int64),
+        query_start_loc=torch.tensor([0, count], dtype=torch.int32, device=device),
+        context_lens=torch.tensor([ctx], dtype=torch.int32, device=device),
+        block_tables=torch.tensor([blocks], dtype=torch.int32, device=device),
+        slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
         max_query_len=count,
         max_context_len=ctx,
     )
@@ -39,8 +45,9 @@ def paged_greedy(model: LlamaModel, prompt: list[int], new_tokens: int) -> list[
     out: list[int] = []
     pos, chunk = 0, prompt
     for _ in range(new_tokens):
-        meta = single_sequence_meta(blocks, pos, len(chunk))
-        hidden = model(torch.tensor(chunk), torch.arange(pos, pos + len(chunk)), caches, meta)
+        dev = model.embed_tokens.device
+        meta = single_sequence_meta(blocks, pos, len(chunk), dev)
+        hidden = model(torch.tensor(chunk, device=dev), torch.arange(pos, pos + len(chunk), device=dev), caches, meta)
         token = int(model.compute_logits(hidden[-1:]).argmax(-1))
         out.append(token)
         pos, chunk = pos + len(chunk), [token]
@@ -51,6 +58,7 @@ def prefill_logits(model: LlamaModel, prompt: list[int]) -> torch.Tensor:
     """Logits `[len(prompt), vocab]` of one prompt run in a single prefill."""
     blocks = list(range(1, 1 + -(-len(prompt) // BLOCK_SIZE)))
     caches = make_kv_caches(model, len(blocks) + 1)
-    meta = single_sequence_meta(blocks, 0, len(prompt))
-    hidden = model(torch.tensor(prompt), torch.arange(len(prompt)), caches, meta)
+    dev = model.embed_tokens.device
+    meta = single_sequence_meta(blocks, 0, len(prompt), dev)
+    hidden = model(torch.tensor(prompt, device=dev), torch.arange(len(prompt), device=dev), caches, meta)
     return model.compute_logits(hidden)

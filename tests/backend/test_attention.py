@@ -170,3 +170,13 @@ def test_metadata_fields_replaced_between_steps_are_not_served_a_stale_plan() ->
     values = torch.cat([v_cache[2], v_cache[5]])[:6]
     torch.testing.assert_close(longer, dense_attention(q, keys, values, scale))
     assert not torch.allclose(short, longer)
+
+
+@pytest.mark.parametrize("chunk_tokens", [1, 8, 24, 4096])
+def test_decodes_cut_into_length_sorted_chunks(chunk_tokens: int) -> None:
+    # Chunks of one sequence, of a few, and of all: each decode sees exactly its own context.
+    attention = TorchAttention(decode_chunk_tokens=chunk_tokens)
+    decodes = [Seq(context_len=n, q_len=1) for n in (30, 1, 17, 4, 16, 5, 33, 16)]
+    run_case([*decodes, Seq(context_len=20, q_len=7)], num_blocks=128, seed=11, pad_rows=2, attention=attention)
+    # The reused gather buffers are larger than the next, smaller step needs.
+    run_case([Seq(context_len=3, q_len=1), Seq(context_len=2, q_len=1)], seed=12, attention=attention)

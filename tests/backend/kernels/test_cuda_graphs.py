@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
 
+from backend import Engine, EngineConfig, SamplingParams
 from backend.attention import AttentionMetadata
 from backend.cuda_graphs import DecodeGraphs, _DeviceRotary
 from backend.kernels import TritonAttention
+from backend.loader import load_model
 from backend.model import LlamaModel, RotaryEmbedding
 from backend.model_config import ModelConfig
 
@@ -61,3 +64,20 @@ def test_replay_matches_eager_decode_and_pads_to_bucket() -> None:
     for (k, v), (ek, ev) in zip(caches, eager_caches, strict=True):
         torch.testing.assert_close(k, ek, atol=1e-2, rtol=1e-2)  # same new rows written, nothing else touched
         torch.testing.assert_close(v, ev, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_engine_with_decode_graphs_gives_the_eager_tokens(model_path: Path) -> None:
+    # float32, so that padding a batch up to its bucket cannot flip a near-tie between two tokens.
+    loaded = load_model(model_path, device="cuda", dtype=torch.float32)
+    prompts = [loaded.tokenizer.encode(t) for t in ("The capital of France is", "1, 2, 3,", "Once upon a time")]
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    results = {}
+    for graphs in (True, False):
+        config = EngineConfig(
+            model_path, device="cuda", dtype="float32", kv_cache_memory=256 << 20, max_num_seqs=8, cuda_graphs=graphs
+        )
+        engine = Engine(config, loaded=loaded)
+        assert (engine.runner.graphs is not None) is graphs
+        results[graphs] = [c.token_ids for c in engine.generate_offline(prompts, params)]
+    assert results[True] == results[False]

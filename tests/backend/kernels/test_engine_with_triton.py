@@ -17,8 +17,8 @@ from torch import nn
 
 from backend import Completion, Engine, EngineConfig, SamplingParams
 from backend.attention import TorchAttention
-from backend.kernels import TritonAttention, attention_for_device
-from backend.loader import LoadedModel
+from backend.kernels import TritonAttention
+from backend.loader import LoadedModel, attention_for
 from tests.backend import engine_fixtures
 
 loaded_model = engine_fixtures.loaded_model
@@ -70,7 +70,7 @@ def test_greedy_tokens_prefix_hits_and_freed_blocks_match_torch_path(
         assert stats.kv_blocks_free == stats.kv_blocks_total and stats.num_running == 0
 
 
-def test_attention_for_device_picks_triton_only_on_cuda() -> None:
-    assert isinstance(attention_for_device("cuda"), TritonAttention)
-    assert isinstance(attention_for_device("cuda:1"), TritonAttention)
-    assert isinstance(attention_for_device("cpu"), TorchAttention)
+def test_attention_for_picks_triton_only_on_cuda() -> None:
+    assert isinstance(attention_for("cuda"), TritonAttention)
+    assert isinstance(attention_for("cuda:1"), TritonAttention)
+    assert isinstance(attention_for("cpu"), TorchAttention)
