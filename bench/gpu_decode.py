@@ -48,6 +48,7 @@ def build_model(config: ModelConfig = LLAMA3_8B) -> LlamaModel:
             param.data.fill_(1.0)
         else:
             param.data.normal_(0.0, 0.02)
+    model.use_fused_kernels()  # as load_model does on CUDA: both attention paths share the fused elementwise ops
     return model.eval()
 
 
