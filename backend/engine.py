@@ -9,14 +9,13 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TypeVar
 
 import torch
 
 from backend.block_pool import BlockPool
 from backend.engine_config import EngineConfig
 from backend.errors import EngineOverloaded, InvalidRequest, QueueTimeout
-from backend.host_memory import keep_freed_memory
+from backend.host import in_passing_thread, keep_freed_memory
 from backend.loader import LoadedModel, load_model
 from backend.records import Completion, Delta, EngineStats, GenerateRequest
 from backend.runner import ModelRunner, kv_block_bytes
@@ -27,34 +26,6 @@ from backend.sequence import FinishReason, Sequence, SequenceStatus
 from backend.tokenizer import IncrementalDetokenizer
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-
-def _in_passing_thread(build: Callable[[], T]) -> T:
-    """Run torch set-up work in a thread that ends with it, so that the caller's thread never starts OpenMP.
-
-    libgomp keeps a pool of worker threads for every thread that has run a parallel region, and once the
-    pools together hold more threads than there are cores it stops its workers spinning between regions. A
-    step loop in its own thread next to a caller that loaded the model then ran 35% slower per step on the
-    2-core machine of docs/benchmarks.md. A finished thread's pool goes with it.
-    """
-    box: list[T] = []
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            box.append(build())
-        except BaseException as exc:  # re-raised in the caller's thread
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, name="tidegate-engine-setup")
-    thread.start()
-    thread.join()
-    if errors:
-        raise errors[0]
-    return box[0]
-
 
 class Engine:
     """Serves many concurrent requests from one model with continuous batching over a paged KV cache."""
@@ -67,7 +38,7 @@ class Engine:
         self.config = config
         dtype = config.torch_dtype()
         if loaded is None:
-            loaded = _in_passing_thread(lambda: load_model(Path(config.model_path), device=config.device, dtype=dtype))
+            loaded = in_passing_thread(lambda: load_model(Path(config.model_path), device=config.device, dtype=dtype))
         self.tokenizer = loaded.tokenizer
         self.model_config = loaded.config
         num_blocks = config.kv_cache_memory // kv_block_bytes(loaded.config, config.block_size, dtype)
@@ -88,7 +59,7 @@ class Engine:
             queue_timeout=config.queue_timeout,
         )
         model = loaded.model
-        self.runner = _in_passing_thread(
+        self.runner = in_passing_thread(
             lambda: ModelRunner(
                 model, num_blocks, config.block_size, device=config.device, dtype=dtype,
                 cuda_graph_batch=config.max_num_seqs if config.cuda_graphs else 0,
