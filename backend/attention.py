@@ -149,9 +149,11 @@ class TorchAttention:
         # The query heads sharing a KV head are the rows of one matrix: GQA without copying K or V.
         dq = q.index_select(0, chunk.rows).view(m, kvh, -1, d)
         res = torch.empty_like(dq)
+        bias = chunk.bias.to(q.dtype)  # float32 plans serve bf16 and fp16 models too
         for h in range(kvh):
-            scores = torch.baddbmm(chunk.bias, dq[:, h], keys[:, :, h].transpose(1, 2), alpha=scale)
-            res[:, h] = torch.bmm(torch.softmax(scores, -1), values[:, :, h])
+            scores = torch.baddbmm(bias, dq[:, h], keys[:, :, h].transpose(1, 2), alpha=scale)
+            weights = torch.softmax(scores, -1, dtype=torch.float32).to(values.dtype)
+            res[:, h] = torch.bmm(weights, values[:, :, h])
         return res.view(m, -1, d)
 
     def _gather(self, cache: torch.Tensor, blocks: torch.Tensor, which: int) -> torch.Tensor:

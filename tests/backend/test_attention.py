@@ -180,3 +180,23 @@ def test_decodes_cut_into_length_sorted_chunks(chunk_tokens: int) -> None:
     run_case([*decodes, Seq(context_len=20, q_len=7)], num_blocks=128, seed=11, pad_rows=2, attention=attention)
     # The reused gather buffers are larger than the next, smaller step needs.
     run_case([Seq(context_len=3, q_len=1), Seq(context_len=2, q_len=1)], seed=12, attention=attention)
+
+
+def test_decodes_and_prefill_in_bfloat16_match_float32_attention() -> None:
+    gen = torch.Generator().manual_seed(21)
+    k_cache = torch.randn(16, BLOCK, KV_HEADS, HEAD_DIM, generator=gen)
+    v_cache = torch.randn(16, BLOCK, KV_HEADS, HEAD_DIM, generator=gen)
+    meta = AttentionMetadata(
+        query_start_loc=torch.tensor([0, 1, 2, 5], dtype=torch.int32),
+        context_lens=torch.tensor([7, 13, 9], dtype=torch.int32),
+        block_tables=torch.tensor([[3, 1, 0, 0], [2, 5, 7, 9], [4, 8, 6, 0]], dtype=torch.int32),
+        slot_mapping=torch.arange(5),  # attend reads only its length: nothing is written here
+        max_query_len=3,
+        max_context_len=13,
+    )
+    q = torch.randn(5, HEADS, HEAD_DIM, generator=gen)
+    scale = 1 / math.sqrt(HEAD_DIM)
+    expected = TorchAttention().attend(q, k_cache, v_cache, meta, scale)
+    got = TorchAttention().attend(q.bfloat16(), k_cache.bfloat16(), v_cache.bfloat16(), meta, scale)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), expected, rtol=0.05, atol=0.05)
