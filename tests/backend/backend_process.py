@@ -4,69 +4,42 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.servers import free_port, stop_process, wait_for_health, wait_for_port
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.servers import ChildProcess, backend_argv, free_port, wait_for_port
 
 
-@dataclass
-class BackendProcess:
+class BackendProcess(ChildProcess):
     """One server; `first_health` is the /health answer seen as soon as the port opened (before loading)."""
 
-    model_path: Path
-    log_path: Path
-    args: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
-    first_health: tuple[int, dict[str, Any]] | None = None
-    _watcher: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    def __init__(self, model_path: Path, log_path: Path, args: Sequence[str] = (),
+                 env: dict[str, str] | None = None) -> None:
+        port = free_port()
+        super().__init__(backend_argv(model_path, port, *args), log_path, port, env or {})
+        self.first_health: tuple[int, dict[str, Any]] | None = None
+        self._watcher: threading.Thread | None = None
 
     @property
     def base_url(self) -> str:
         return self.url + "/v1"
 
-    def start(self, timeout: float = 180.0) -> BackendProcess:
-        return self.launch().wait_ready(timeout)
-
-    def launch(self) -> BackendProcess:
-        """Start the process and return at once; a thread notes the first /health answer once it listens.
-
-        One torch thread: on a machine shared with other test runs, two threads per process oversubscribe the
-        cores and run several times slower (a later `--threads` in `args` wins).
-        """
-        cmd = [sys.executable, "-m", "tidegate", "backend", "--model", str(self.model_path),
-               "--served-model-name", "smollm2", "--port", str(self.port), "--threads", "1", *self.args]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    def launch(self) -> Self:
+        """Start the process and return at once; a thread notes the first /health answer once it listens."""
+        super().launch()
         self._watcher = threading.Thread(target=self._note_first_health, daemon=True)
         self._watcher.start()
         return self
 
-    def wait_ready(self, timeout: float = 180.0) -> BackendProcess:
+    def wait_ready(self, timeout: float = 180.0) -> Self:
         """Block until /health answers 200; on failure stop the process and show its log."""
-        try:
-            wait_for_health(self.url + "/health", timeout=timeout, proc=self.proc)
-        except BaseException:
-            self.stop()
-            raise RuntimeError(f"backend failed to start; log:\n{self.log_text()[-4000:]}") from None
+        self.wait_healthy(timeout)
         if self._watcher is not None:
             self._watcher.join(timeout=5)
         return self
@@ -77,16 +50,13 @@ class BackendProcess:
             answer = httpx.get(self.url + "/health", timeout=5.0)
             self.first_health = (answer.status_code, answer.json())
 
-    def stop(self) -> None:
-        stop_process(self.proc, timeout=15)
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace")
+    def stop(self, timeout: float = 15.0) -> None:
+        super().stop(timeout)
 
     def request_lines(self) -> list[dict[str, Any]]:
         """The structured per-request log lines written so far."""
         lines = []
-        for line in self.log_text().splitlines():
+        for line in self.log().splitlines():
             if line.startswith("{") and '"event":"request"' in line:
                 lines.append(json.loads(line))
         return lines

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,25 +13,19 @@ from bench.client import Target
 from bench.loadgen import LoadGenerator, LoadProfile
 from bench.tokenizer import PromptTokenizer
 from bench.workloads import Workload, WorkloadSpec
-from tests.servers import free_port, stop_process, wait_for_health
+from tests.backend.backend_process import BackendProcess
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("backend.server") is None,
                                 reason="the backend server is not built yet")
 
 
 @pytest.fixture(scope="module")
-def backend_url(model_path: Path) -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tidegate.cli", "backend", "--model", str(model_path),
-         "--served-model-name", "smollm2", "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def backend_url(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    backend = BackendProcess(model_path, tmp_path_factory.mktemp("backend") / "backend.log")
     try:
-        url = f"http://127.0.0.1:{port}"
-        wait_for_health(f"{url}/health", timeout=240, proc=proc)
-        yield url
+        yield backend.start(health_timeout=240).url
     finally:
-        stop_process(proc, timeout=15)
+        backend.stop()
 
 
 @pytest.mark.parametrize("endpoint", ["/v1/completions", "/v1/chat/completions"])

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +14,7 @@ import openai
 import yaml
 
 from tests.backend.backend_process import BackendProcess
-from tests.servers import free_port, stop_process, wait_for_health
+from tests.servers import ChildProcess, free_port, tidegate_argv
 
 ADMIN_KEY = "live-stack-admin-key"
 
@@ -38,7 +35,7 @@ def live_stack(workdir: Path, model_path: Path, gateway: dict[str, Any] | None =
 
     `gateway` adds to the gateway's YAML config; `env` goes to both processes.
     """
-    backend = BackendProcess(model_path, workdir / "backend.log", env=env or {}).launch()
+    backend = BackendProcess(model_path, workdir / "backend.log", env=env).launch()
     port = free_port()
     config = workdir / "gateway.yaml"
     config.write_text(yaml.safe_dump({
@@ -49,18 +46,16 @@ def live_stack(workdir: Path, model_path: Path, gateway: dict[str, Any] | None =
         "channels": [{"name": "local-1", "base_url": backend.base_url, "models": ["smollm2"]}],
         **(gateway or {}),
     }))
-    with (workdir / "gateway.log").open("wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "tidegate", "gateway", "--config", str(config),
-                                 "--port", str(port)], env={**os.environ, **(env or {})},
-                                stdout=log, stderr=subprocess.STDOUT)
+    gateway_process = ChildProcess(tidegate_argv("gateway", "--config", str(config), "--port", str(port)),
+                                   workdir / "gateway.log", port, env or {})
     try:
+        gateway_process.launch()
         backend.wait_ready()
-        url = f"http://127.0.0.1:{port}"
-        wait_for_health(f"{url}/health", timeout=60, proc=proc)
-        _wait_for_healthy_channel(url)
-        yield LiveStack(url, backend)
+        gateway_process.wait_healthy(timeout=60)
+        _wait_for_healthy_channel(gateway_process.url)
+        yield LiveStack(gateway_process.url, backend)
     finally:
-        stop_process(proc)
+        gateway_process.stop()
         backend.stop()
 
 

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,70 +9,21 @@ from typing import Any
 import httpx
 import yaml
 
-from tests.servers import free_port, stop_process, wait_for_health
+from tests.servers import ChildProcess, backend_argv, free_port, tidegate_argv
 
 ADMIN_KEY = "reliability-admin-key"
 
-
-@dataclass
-class Process:
-    """A `tidegate ...` child with its log in a file; `port` is where it listens."""
-
-    argv: list[str]
-    log_path: Path
-    port: int
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, health_timeout: float = 120.0) -> Process:
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        try:
-            wait_for_health(f"{self.url}/health", timeout=health_timeout, proc=self.proc)
-        except (RuntimeError, TimeoutError) as exc:
-            raise RuntimeError(f"{exc}\n--- log ---\n{self.log_path.read_text()[-4000:]}") from None
-        return self
-
-    def signal(self, sig: int) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        stop_process(self.proc)
-
-    def kill(self) -> None:
-        self.signal(signal.SIGKILL)
-
-    def rss_bytes(self) -> int:
-        assert self.proc is not None
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        raise RuntimeError("no VmRSS")
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-
-def tidegate(*args: str) -> list[str]:
-    return [sys.executable, "-m", "tidegate", *args]
+Process = ChildProcess  # the name these tests know it by
 
 
 def backend_process(tmp_path: Path, model_path: Path, name: str = "backend", port: int | None = None,
-                    *extra: str) -> Process:
+                    *extra: str) -> ChildProcess:
     port = port or free_port()
-    argv = tidegate("backend", "--model", str(model_path), "--served-model-name", "smollm2", "--port", str(port),
-                    *extra)
-    return Process(argv, tmp_path / f"{name}.log", port)
+    return ChildProcess(backend_argv(model_path, port, *extra), tmp_path / f"{name}.log", port)
 
 
 @dataclass
-class GatewayProcess(Process):
+class GatewayProcess(ChildProcess):
     """A `tidegate gateway` child with an admin client; config written from `settings`."""
 
     settings: dict[str, Any] = field(default_factory=dict)
@@ -96,7 +43,7 @@ class GatewayProcess(Process):
             config["redis_url"] = redis_url
         path = tmp_path / f"gateway-{port}.yaml"
         path.write_text(yaml.safe_dump(config))
-        return cls(tidegate("gateway", "--config", str(path)), tmp_path / f"gateway-{port}.log", port,
+        return cls(tidegate_argv("gateway", "--config", str(path)), tmp_path / f"gateway-{port}.log", port,
                    settings=config)
 
     def admin(self) -> httpx.Client:
