@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.backend.backend_process import BackendProcess
 from tests.gateway.harness import GatewayHarness, settings_for
-from tests.servers import free_port, stop_process, wait_for_health
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("backend.server") is None,
                                 reason="backend/server.py has not landed")
@@ -19,16 +17,12 @@ StartGateway = Callable[..., Awaitable[GatewayHarness]]
 
 
 @pytest.fixture(scope="module")
-def backend_url(model_path: Path) -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "tidegate.cli", "backend", "--model", str(model_path),
-                             "--served-model-name", "smollm2", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def backend_url(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    backend = BackendProcess(model_path, tmp_path_factory.mktemp("backend") / "backend.log")
     try:
-        wait_for_health(f"http://127.0.0.1:{port}/health", timeout=180, proc=proc)
-        yield f"http://127.0.0.1:{port}/v1"
+        yield backend.start().base_url
     finally:
-        stop_process(proc, timeout=15)
+        backend.stop()
 
 
 async def test_chat_and_completions_through_the_gateway_settle_the_backends_usage(
