@@ -91,7 +91,7 @@ class TorchAttention:
     def __init__(self, decode_chunk_tokens: int = 4096) -> None:
         self.decode_chunk_tokens = decode_chunk_tokens
         self._plan_key: tuple[torch.Tensor, ...] = ()
-        self._plan_block_size = 0
+        self._plan_layout: tuple[int, torch.dtype] | None = None  # the cache's block size and dtype
         self._plan: _StepPlan | None = None
         self._slot_source: torch.Tensor | None = None
         self._valid_rows: torch.Tensor | None = None
@@ -126,7 +126,7 @@ class TorchAttention:
         meta: AttentionMetadata,
         scale: float,
     ) -> torch.Tensor:
-        plan = self._plan_for(meta, k_cache.shape[1])
+        plan = self._plan_for(meta, k_cache)
         kvh = k_cache.shape[2]
         group = q.shape[1] // kvh
         # Padded rows stay zero rather than garbage.
@@ -149,9 +149,8 @@ class TorchAttention:
         # The query heads sharing a KV head are the rows of one matrix: GQA without copying K or V.
         dq = q.index_select(0, chunk.rows).view(m, kvh, -1, d)
         res = torch.empty_like(dq)
-        bias = chunk.bias.to(q.dtype)  # float32 plans serve bf16 and fp16 models too
         for h in range(kvh):
-            scores = torch.baddbmm(bias, dq[:, h], keys[:, :, h].transpose(1, 2), alpha=scale)
+            scores = torch.baddbmm(chunk.bias, dq[:, h], keys[:, :, h].transpose(1, 2), alpha=scale)
             weights = torch.softmax(scores, -1, dtype=torch.float32).to(values.dtype)
             res[:, h] = torch.bmm(weights, values[:, :, h])
         return res.view(m, -1, d)
@@ -165,16 +164,17 @@ class TorchAttention:
             buffer = self._buffers[which] = torch.empty(size, dtype=cache.dtype, device=cache.device)
         return torch.index_select(flat, 0, blocks, out=buffer[:size].view(-1, flat.shape[1]))
 
-    def _plan_for(self, meta: AttentionMetadata, block_size: int) -> _StepPlan:
+    def _plan_for(self, meta: AttentionMetadata, k_cache: torch.Tensor) -> _StepPlan:
         key = (meta.query_start_loc, meta.context_lens, meta.block_tables, meta.slot_mapping)
+        layout = (k_cache.shape[1], k_cache.dtype)
         same = len(key) == len(self._plan_key) and all(x is y for x, y in zip(key, self._plan_key, strict=True))
-        if self._plan is None or not same or block_size != self._plan_block_size:
-            self._plan = _make_plan(meta, block_size, self.decode_chunk_tokens)
-            self._plan_key, self._plan_block_size = key, block_size
+        if self._plan is None or not same or layout != self._plan_layout:
+            self._plan = _make_plan(meta, *layout, self.decode_chunk_tokens)
+            self._plan_key, self._plan_layout = key, layout
         return self._plan
 
 
-def _make_plan(meta: AttentionMetadata, block_size: int, chunk_tokens: int) -> _StepPlan:
+def _make_plan(meta: AttentionMetadata, block_size: int, dtype: torch.dtype, chunk_tokens: int) -> _StepPlan:
     starts = meta.query_start_loc.tolist()
     ctx_lens = meta.context_lens.tolist()
     decodes: list[int] = []
@@ -195,7 +195,8 @@ def _make_plan(meta: AttentionMetadata, block_size: int, chunk_tokens: int) -> _
         end = first + 1
         while end < len(decodes) and (end + 1 - first) * _padded(ctx_lens[decodes[end]], block_size) <= chunk_tokens:
             end += 1
-        chunks.append(_decode_chunk(meta, decodes[first:end], [starts[i] for i in decodes[first:end]], block_size))
+        rows = [starts[i] for i in decodes[first:end]]
+        chunks.append(_decode_chunk(meta, decodes[first:end], rows, block_size, dtype))
         first = end
     covers_all_rows = starts[-1] == int(meta.slot_mapping.numel())
     return _StepPlan(chunks, covers_all_rows, prefills)
@@ -205,14 +206,16 @@ def _padded(ctx_len: int, block_size: int) -> int:
     return -(-ctx_len // block_size) * block_size
 
 
-def _decode_chunk(meta: AttentionMetadata, seqs: list[int], rows: list[int], block_size: int) -> _DecodeChunk:
+def _decode_chunk(
+    meta: AttentionMetadata, seqs: list[int], rows: list[int], block_size: int, dtype: torch.dtype
+) -> _DecodeChunk:
     device = meta.context_lens.device
     idx = torch.tensor(seqs, dtype=torch.long, device=device)
     lens = meta.context_lens.index_select(0, idx).long()
     nb = -(-int(lens.max()) // block_size)
     blocks = meta.block_tables.index_select(0, idx)[:, :nb].long().reshape(-1)
     hidden = torch.arange(nb * block_size, device=device)[None, :] >= lens[:, None]
-    bias = torch.zeros(hidden.shape, device=device).masked_fill_(hidden, float("-inf")).unsqueeze(1)
+    bias = torch.zeros(hidden.shape, dtype=dtype, device=device).masked_fill_(hidden, float("-inf")).unsqueeze(1)
     return _DecodeChunk(torch.tensor(rows, dtype=torch.long, device=device), blocks, bias)
 
 

@@ -27,6 +27,7 @@ from backend.tokenizer import IncrementalDetokenizer
 
 log = logging.getLogger(__name__)
 
+
 class Engine:
     """Serves many concurrent requests from one model with continuous batching over a paged KV cache."""
 
