@@ -3,8 +3,7 @@
 Memory. Every step allocates and frees the same large activations (a few MB to a few tens of MB each). glibc returns
 allocations above its mmap threshold, and the top of the heap above its trim threshold, to the kernel as soon
 as they are freed, so the next step page-faults all of it in again. Under a hypervisor each fault is dear: on
-the 2-core VM of docs/benchmarks.md a decode step of 32 sequences took 360-380 ms with glibc's defaults and
-210-230 ms with the settings below.
+the 2-core VM of docs/benchmarks.md that made a decode step of 32 sequences up to half again as long.
 """
 
 from __future__ import annotations
@@ -39,8 +38,8 @@ def in_passing_thread(build: Callable[[], T]) -> T:
 
     libgomp keeps a pool of worker threads for every thread that has run a parallel region, and once the
     pools together hold more threads than there are cores it stops its workers spinning between regions. A
-    step loop in its own thread next to a caller that loaded the model then ran 35% slower per step on the
-    2-core machine of docs/benchmarks.md. A finished thread's pool goes with it.
+    step loop in its own thread next to a caller that loaded the model then ran about 1.6 times slower per step
+    (docs/benchmarks.md, `bench.decode_step --thread`). A finished thread's pool goes with it.
     """
     box: list[T] = []
     errors: list[BaseException] = []
