@@ -1,4 +1,6 @@
-"""The interface the gateway uses: authenticate, admit, renew, settle (see /work/notes/quota_contract.md)."""
+"""The interface the gateway uses for every request: authenticate the key, admit (reserve the estimate on key,
+sub-account and account at once), renew the concurrency leases while the request lives, then settle with the
+real token counts, which refunds the unused part of the reservation."""
 
 from __future__ import annotations
 
