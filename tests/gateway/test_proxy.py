@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import httpx
 import openai
@@ -12,6 +13,7 @@ import pytest
 
 from tests.gateway.harness import GatewayHarness
 from tests.gateway.upstreams import Fault, MockUpstream
+from tests.waiting import wait_until_async
 
 Start = Callable[..., Awaitable[MockUpstream]]
 StartGateway = Callable[..., Awaitable[GatewayHarness]]
@@ -33,15 +35,16 @@ async def test_client_disconnect_mid_stream_releases_the_lease_and_settles_usage
             seen += line.startswith("data:")
             if seen == 3:
                 break  # leave mid-stream: the context exit closes the connection
-    channel = (await gateway.admin.get("/admin/channels")).json()["data"][0]
-    for _ in range(100):  # the gateway notices the disconnect without waiting for the next chunk
+
+    async def settled() -> dict[str, int] | None:
         usage = await gateway.usage(key_id=key_id)
-        if usage["requests"] == 1:
-            break
-        await asyncio.sleep(0.02)
-    assert usage["requests"] == 1 and 1 <= usage["completion_tokens"] < 200
-    channel = (await gateway.admin.get("/admin/channels")).json()["data"][0]
-    assert channel["in_flight"] == 0 and channel["models"]["smollm2"]["breaker"] == "closed"
+        return usage if usage["requests"] == 1 else None
+
+    usage = await wait_until_async(settled, what="the abandoned request's usage settled")
+    # settled short of the full 200 tokens (10 s of stream): the gateway noticed the disconnect, not the end
+    assert 1 <= usage["completion_tokens"] < 200
+    channel = await wait_until_async(lambda: _first_channel(gateway), what="the channel's in-flight back to 0")
+    assert channel["models"]["smollm2"]["breaker"] == "closed"
     # the key's single concurrency slot is free again
     reply = await gateway.client(secret).chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=1)  # type: ignore[arg-type]
     assert reply.choices[0].message.content == "t0 "
@@ -59,28 +62,34 @@ async def test_a_full_priority_pool_queues_then_serves_in_order(upstreams: Start
         await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=3)  # type: ignore[arg-type]
         finished.append(i)
 
+    async def arrived(count: int) -> bool:
+        # a request is queued, active, or (done at the gateway) on its way to `finished`
+        pool = await _pool(gateway, "realtime")
+        return pool["active"] + pool["queued"] + len(finished) >= count
+
     tasks = []
     for i in range(4):
         tasks.append(asyncio.create_task(ask(i)))
-        await asyncio.sleep(0.05)  # arrive in a known order
+        await wait_until_async(lambda count=i + 1: arrived(count), what=f"request {i} at the gateway")  # a known order
     await asyncio.gather(*tasks)
     assert finished == [0, 1, 2, 3]
     assert len(upstream.seen_bodies) == 4
 
 
 async def test_a_queue_timeout_answers_503_with_retry_after(upstreams: Start, gateway_for: StartGateway) -> None:
-    upstream = await upstreams(chunk_delay=0.5)
+    upstream = await upstreams(chunk_delay=1.0)  # the first request holds the only slot for 3 s
     gateway = await gateway_for([upstream], priority_classes={
         "realtime": {"max_concurrency": 1, "queue_size": 10, "queue_timeout": 0.3}})
     key_id, secret = await gateway.key()
     client = gateway.client(secret)
     slow = asyncio.create_task(client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=3))  # type: ignore[arg-type]
-    await asyncio.sleep(0.1)
+    await wait_until_async(lambda: upstream.attempts == 1, what="the first request upstream, holding the slot")
     started = time.monotonic()
     with pytest.raises(openai.InternalServerError) as refused:
         await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=3)  # type: ignore[arg-type]
     assert refused.value.status_code == 503 and refused.value.response.headers["retry-after"] == "1"
-    assert 0.25 < time.monotonic() - started < 1.0
+    assert time.monotonic() - started > 0.25  # it waited its queue timeout in the queue
+    assert not slow.done()  # and was refused while the slot was still taken, not served after it
     await slow
     usage = await gateway.usage(key_id=key_id)
     assert usage["completion_tokens"] == 3  # the refused request was refunded, not charged
@@ -88,21 +97,18 @@ async def test_a_queue_timeout_answers_503_with_retry_after(upstreams: Start, ga
 
 async def test_batch_keys_queue_in_their_own_pool_while_realtime_is_served(
         upstreams: Start, gateway_for: StartGateway) -> None:
-    upstream = await upstreams(chunk_delay=0.3)
+    upstream = await upstreams(chunk_delay=0.75)  # a batch job holds its slot 1.5 s, a realtime one 0.75 s
     gateway = await gateway_for([upstream], priority_classes={
-        "realtime": {"max_concurrency": 1, "queue_size": 4, "queue_timeout": 5},
-        "batch": {"max_concurrency": 1, "queue_size": 4, "queue_timeout": 5}})
+        "realtime": {"max_concurrency": 1, "queue_size": 4, "queue_timeout": 10},
+        "batch": {"max_concurrency": 1, "queue_size": 4, "queue_timeout": 10}})
     _, batch_secret = await gateway.key(priority_class="batch")
     _, realtime_secret = await gateway.key()
     batch = gateway.client(batch_secret)
     batch_jobs = [asyncio.create_task(batch.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=2))  # type: ignore[arg-type]
                   for _ in range(3)]
-    await asyncio.sleep(0.1)
-    health = (await gateway.admin.get("/health")).json()
-    assert health["priority"]["batch"] == {"active": 1, "queued": 2}
-    started = time.monotonic()
+    await wait_until_async(lambda: _pool_is(gateway, "batch", active=1, queued=2), what="one batch job served, two queued")
     await gateway.client(realtime_secret).chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=1)  # type: ignore[arg-type]
-    assert time.monotonic() - started < 0.6  # served at once, not behind the batch queue
+    assert not batch_jobs[-1].done()  # served at once, not behind the batch queue
     await asyncio.gather(*batch_jobs)
 
 
@@ -159,15 +165,14 @@ async def test_a_sub_account_cap_holds_across_its_keys(upstreams: Start, gateway
 
 async def test_the_priority_field_picks_the_class_and_an_upstream_4xx_passes_through_uncharged(
         upstreams: Start, gateway_for: StartGateway) -> None:
-    upstream = await upstreams(chunk_delay=0.3)
+    upstream = await upstreams(chunk_delay=0.75)  # each batch job holds the class's one slot for 1.5 s
     gateway = await gateway_for([upstream], priority_classes={
-        "realtime": {"max_concurrency": 4}, "batch": {"max_concurrency": 1, "queue_size": 4, "queue_timeout": 5}})
+        "realtime": {"max_concurrency": 4}, "batch": {"max_concurrency": 1, "queue_size": 4, "queue_timeout": 10}})
     key_id, secret = await gateway.key()
     client = gateway.client(secret)
     jobs = [asyncio.create_task(client.chat.completions.create(  # type: ignore[call-overload]
         model="smollm2", messages=MESSAGES, max_tokens=2, extra_body={"priority": "batch"})) for _ in range(2)]
-    await asyncio.sleep(0.15)
-    assert (await gateway.admin.get("/health")).json()["priority"]["batch"] == {"active": 1, "queued": 1}
+    await wait_until_async(lambda: _pool_is(gateway, "batch", active=1, queued=1), what="one batch job served, one queued")
     await asyncio.gather(*jobs)
     assert all("priority" not in body for body in upstream.seen_bodies)  # a class name means nothing upstream
 
@@ -183,14 +188,36 @@ async def test_the_priority_field_picks_the_class_and_an_upstream_4xx_passes_thr
 
 async def test_a_long_request_keeps_its_concurrency_lease_past_the_lease_ttl(
         upstreams: Start, gateway_for: StartGateway) -> None:
-    upstream = await upstreams(chunk_delay=0.25)  # a 2 s stream against a 1 s lease: it must be renewed
+    upstream = await upstreams(chunk_delay=0.1)  # a 4 s stream against a 1 s lease: it must be renewed
     gateway = await gateway_for([upstream], lease_ttl=1.0)
     _, secret = await gateway.key(quota={"max_concurrency": 1})
     client = gateway.client(secret)
-    stream = await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=8, stream=True)  # type: ignore[arg-type]
-    await asyncio.sleep(1.6)
+    opened = time.monotonic()
+    stream = await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=40, stream=True)  # type: ignore[arg-type]
+    chunks = []
+    async for chunk in stream:  # read on, as a client would, until twice the lease TTL has passed
+        chunks.append(chunk)
+        if time.monotonic() - opened > 2.0:
+            break
+    assert len(chunks) < 40, "the stream ended before the lease TTL passed twice: nothing was tested"
     with pytest.raises(openai.RateLimitError) as refused:
         await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=1)  # type: ignore[arg-type]
     assert "concurrency" in refused.value.message
-    assert len([chunk async for chunk in stream]) >= 8
+    chunks += [chunk async for chunk in stream]
+    assert len(chunks) >= 40
     await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=1)  # type: ignore[arg-type]
+
+
+async def _pool(gateway: GatewayHarness, name: str) -> dict[str, int]:
+    """A priority class's `{"active", "queued"}` as the gateway's /health reports it."""
+    return dict((await gateway.admin.get("/health")).json()["priority"][name])
+
+
+async def _pool_is(gateway: GatewayHarness, name: str, *, active: int, queued: int) -> bool:
+    return await _pool(gateway, name) == {"active": active, "queued": queued}
+
+
+async def _first_channel(gateway: GatewayHarness) -> dict[str, Any] | None:
+    """The first channel's /admin/channels row once nothing is in flight on it."""
+    channel: dict[str, Any] = (await gateway.admin.get("/admin/channels")).json()["data"][0]
+    return channel if channel["in_flight"] == 0 else None
