@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
+import redis
+
+from tests.waiting import wait_until
 from tidegate.processes import stop_process, wait_for_health
 
 __all__ = ["ChildProcess", "RedisServer", "backend_argv", "free_port", "stop_process", "tidegate_argv",
@@ -64,7 +67,18 @@ class RedisServer:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         wait_for_port(self.port)
+        # the port opens before an append-only file is loaded; until then every command answers LOADING
+        wait_until(self._answers_ping, timeout=30, what=f"redis-server on port {self.port} to answer PING")
         return self
+
+    def _answers_ping(self) -> bool:
+        client = redis.Redis(port=self.port, socket_timeout=2)
+        try:
+            return bool(client.ping())
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
 
     def stop(self) -> None:
         stop_process(self.proc, timeout=5)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
+import logging
 
+import pytest
 import redis.asyncio as redis
 
 from config import Breaker, Channel, Timeouts
@@ -11,6 +12,7 @@ from gateway.breaker import BreakerState
 from gateway.breaker_sync import BreakerSync
 from gateway.channels import ChannelState
 from tests.servers import RedisServer
+from tests.waiting import wait_until_async
 
 
 def replica() -> list[ChannelState]:
@@ -37,13 +39,16 @@ async def test_an_opening_on_one_replica_opens_the_breaker_on_the_other(redis_se
         await sync_second.stop()
 
 
-async def test_a_replica_without_redis_keeps_serving_on_local_breakers(redis_server: RedisServer) -> None:
+async def test_a_replica_without_redis_keeps_serving_on_local_breakers(redis_server: RedisServer,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="tidegate.gateway.breakers")
     channels = replica()
     sync = BreakerSync(redis.from_url(redis_server.url, socket_timeout=0.2), channels, cooldown=30)
     redis_server.kill()
     sync.start()
     channels[0].breaker("m").record(False)
-    await asyncio.sleep(1.5)  # at least one failed round
+    await wait_until_async(lambda: sum("breaker sync skipped" in r.getMessage() for r in caplog.records) >= 2,
+                           what="two failed sync rounds")
     assert sync._task is not None and not sync._task.done()  # the loop outlives the outage
     assert channels[0].breaker("m").state is BreakerState.open  # and local state still applies
     await sync.stop()

@@ -9,6 +9,7 @@ import pytest
 from config import PriorityClass
 from gateway.errors import ApiError
 from gateway.priority import PriorityPool, PriorityPools
+from tests.waiting import wait_until_async
 
 
 async def test_a_full_pool_queues_then_serves_in_arrival_order() -> None:
@@ -23,8 +24,8 @@ async def test_a_full_pool_queues_then_serves_in_arrival_order() -> None:
                 await release.wait()
 
     tasks = [asyncio.create_task(request(i)) for i in range(5)]
-    await asyncio.sleep(0.05)
-    assert served == [0] and pool.queued == 4
+    await wait_until_async(lambda: pool.queued == 4, what="four requests queued behind the first")
+    assert served == [0]
     release.set()
     await asyncio.gather(*tasks)
     assert served == [0, 1, 2, 3, 4] and pool.active == 0
@@ -51,7 +52,7 @@ async def test_a_waiter_cancelled_in_the_queue_takes_no_slot() -> None:
     pool = PriorityPool("realtime", PriorityClass(max_concurrency=1, queue_size=5, queue_timeout=10))
     await pool.acquire()
     waiter = asyncio.create_task(pool.acquire())
-    await asyncio.sleep(0.02)
+    await wait_until_async(lambda: pool.queued == 1, what="the waiter in the queue")
     waiter.cancel()
     await asyncio.gather(waiter, return_exceptions=True)
     pool.release()
@@ -63,9 +64,10 @@ async def test_batch_saturation_leaves_every_realtime_slot_free() -> None:
                           queue_size=10, queue_timeout=5)}, "realtime")
     await pools.get("batch").acquire()
     queued = [asyncio.create_task(pools.get("batch").acquire()) for _ in range(3)]
-    await asyncio.sleep(0.02)
-    await asyncio.wait_for(pools.get("realtime").acquire(), 0.5)
-    await asyncio.wait_for(pools.get("realtime").acquire(), 0.5)
+    await wait_until_async(lambda: pools.get("batch").queued == 3, what="three batch requests queued")
+    # batch's queue timeout is 5 s: an acquire that waited behind it would not finish within 2 s
+    await asyncio.wait_for(pools.get("realtime").acquire(), 2)
+    await asyncio.wait_for(pools.get("realtime").acquire(), 2)
     assert pools.status() == {"realtime": {"active": 2, "queued": 0}, "batch": {"active": 1, "queued": 3}}
     for task in queued:
         task.cancel()

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +12,8 @@ import redis
 
 from config.stores import StoreSettings
 from quota import KeyInfo, QuotaService, open_store
-from tests.servers import RedisServer, wait_for_port
+from tests.servers import RedisServer
+from tests.waiting import wait_until
 
 STORES = ["embedded", "redis"]
 TEST_REDIS_TIMEOUT = 3.0
@@ -80,21 +78,17 @@ def make_durable(server: RedisServer) -> None:
     client = redis.Redis.from_url(server.url)
     client.config_set("appendonly", "yes")
     client.config_set("appendfsync", "always")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+
+    def aof_written() -> bool:
         info = client.info("persistence")
-        if info["aof_enabled"] and not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"]:
-            break
-        time.sleep(0.05)
+        return bool(info["aof_enabled"] and not info["aof_rewrite_in_progress"]
+                    and not info["aof_rewrite_scheduled"])
+
+    wait_until(aof_written, timeout=30, what="redis-server's first append-only file written")
     client.close()
 
 
 def restart_durable(server: RedisServer) -> None:
     """Starts redis-server again on the same port and folder, loading the AOF that make_durable began."""
-    server.proc = subprocess.Popen(
-        [shutil.which("redis-server") or "redis-server", "--port", str(server.port), "--bind", "127.0.0.1",
-         "--dir", str(server.workdir), "--save", "", "--appendonly", "yes", "--appendfsync", "always",
-         "--loglevel", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    wait_for_port(server.port)
+    server.persistent = True
+    server.start()

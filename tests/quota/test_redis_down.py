@@ -16,6 +16,7 @@ from quota import QuotaService, open_store
 from quota.redis_store import RedisQuotaService
 from tests.quota.conftest import make_durable, make_tenant, restart_durable
 from tests.servers import RedisServer
+from tests.waiting import wait_until_async
 
 
 async def open_redis_store(server: RedisServer, tmp_path: Path, **policy: OnRedisDown) -> QuotaService:
@@ -29,15 +30,6 @@ async def open_redis_store(server: RedisServer, tmp_path: Path, **policy: OnRedi
 async def durable(redis_server: RedisServer, tmp_path: Path) -> AsyncIterator[RedisServer]:
     make_durable(redis_server)
     yield redis_server
-
-
-async def wait_for(predicate, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await predicate():
-            return True
-        await asyncio.sleep(0.05)
-    return False
 
 
 async def test_outage_follows_the_policy_per_limit_class_and_loses_no_settled_usage(
@@ -73,10 +65,10 @@ async def test_outage_follows_the_policy_per_limit_class_and_loses_no_settled_us
     await service.renew(conc_answers[0].reservation)  # nothing raises while down
 
     restart_durable(durable)
-    await asyncio.sleep(0.25)
+    await asyncio.sleep(0.25)  # past the retry interval (0.2 s): the next call tries Redis again
     recovered = await service.admit(budget.keys[0], model="m", estimated_tokens=10, request_id="after")
     assert recovered.admitted and not recovered.degraded and not service.degraded
-    assert await wait_for(lambda: _no_pending(service))
+    await wait_until_async(lambda: _no_pending(service), what="the outage's settlements replayed")
     usage = await service.admin.usage(account_id=rate.account_id)
     # 1 settled before, 1 open before and 20 local admissions settled during the outage.
     assert (usage.requests, usage.prompt_tokens, usage.completion_tokens) == (22, 5 + 21 * 2, 5 + 21)
@@ -132,7 +124,7 @@ async def test_settlements_alone_find_redis_back_and_replay_in_order(durable: Re
     await service.settle(answers[1].reservation, prompt_tokens=2, completion_tokens=2, model="m")
     assert isinstance(service, RedisQuotaService) and service.pending == 2
     restart_durable(durable)
-    await asyncio.sleep(0.25)
+    await asyncio.sleep(0.25)  # past the retry interval (0.2 s): the next call tries Redis again
     await service.settle(answers[2].reservation, prompt_tokens=4, completion_tokens=4, model="m")
     assert service.pending == 0 and not service.degraded
     usage = await service.admin.usage(key_id=tenant.keys[0].id)
@@ -160,8 +152,8 @@ async def test_a_hung_redis_costs_one_timeout_then_the_fallback(redis_server: Re
         assert all(a.degraded and a.admitted for a in answers)  # rate limits degrade to local by default
     finally:
         redis_server.proc.send_signal(signal.SIGCONT)
-    await asyncio.sleep(0.25)
-    assert await wait_for(lambda: _admitted_from_redis(service, tenant.keys[0]))
+    await wait_until_async(lambda: _admitted_from_redis(service, tenant.keys[0]),
+                           what="an admission answered by Redis again")
     await service.close()
 
 
