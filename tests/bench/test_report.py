@@ -90,5 +90,12 @@ def test_sweep_png_is_written_headless(tmp_path: Path) -> None:
     assert data.startswith(b"\x89PNG") and len(data) > 10_000
 
 
-def test_summary_is_plain_json() -> None:
-    json.dumps(sample_run().summary(Slo(ttft_ms=10)), allow_nan=False)
+def test_summary_is_plain_json_even_when_nothing_met_the_slo_or_completed() -> None:
+    all_failed = RunResult(LoadProfile(concurrency=1, num_requests=1),
+                           [RequestRecord(index=0, scheduled=0.0, status=503, error="503", end=0.01)],
+                           duration=0.5, started_at="2026-11-29T12:00:00+00:00")
+    for run, completed in ((sample_run(), 6), (all_failed, 0)):
+        summary = json.loads(json.dumps(run.summary(Slo(ttft_ms=10)), allow_nan=False))  # no NaN, no inf
+        assert (summary["completed"], summary["errors"]) == (completed, {"503": 1})
+        assert summary["request_goodput"] == 0.0 and summary["slo_attainment"] == 0.0  # every TTFT is over 10 ms
+    assert summary["p99_ttft_ms"] == 0.0 and summary["output_throughput"] == 0.0  # numbers, where none was timed
