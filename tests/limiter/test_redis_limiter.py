@@ -13,6 +13,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from limiter import RedisLimiter, libraries
 from quota.calendar import month_index, month_start
 from tests.servers import RedisServer
+from tests.waiting import wait_until_async
 
 
 @pytest.fixture
@@ -48,13 +49,12 @@ async def test_sliding_window_is_exact_under_concurrency(client: Redis) -> None:
 async def test_leases_cap_holders_and_lapse_without_renewal(client: Redis) -> None:
     limiter = RedisLimiter(client)
     key = "tg:{t}:leases"
-    assert await limiter.acquire(key, "a", limit=2, ttl=1.0)
-    assert await limiter.acquire(key, "b", limit=2, ttl=1.0)
-    assert not await limiter.acquire(key, "c", limit=2, ttl=1.0)
-    await asyncio.sleep(0.5)
-    assert await limiter.renew([key], "a", ttl=1.0) == 1
-    await asyncio.sleep(0.6)  # b lapsed, a was renewed until 1.5 s
-    assert await limiter.acquire(key, "c", limit=2, ttl=1.0)
+    assert await limiter.acquire(key, "a", limit=2, ttl=2.0)
+    assert await limiter.acquire(key, "b", limit=2, ttl=2.0)
+    assert not await limiter.acquire(key, "c", limit=2, ttl=2.0)
+    assert await limiter.renew([key], "a", ttl=60.0) == 1
+    # c gets in once b lapses; a lapsed no later than b unless its renewal held, which d's refusal shows
+    await wait_until_async(lambda: limiter.acquire(key, "c", limit=2, ttl=60.0), what="b's lease lapsed")
     assert not await limiter.acquire(key, "d", limit=2, ttl=1.0)
     assert await limiter.release(key, "a")
     assert await limiter.acquire(key, "d", limit=2, ttl=1.0)
