@@ -11,6 +11,7 @@ import pytest
 
 from quota import Level, LimitName, QuotaService
 from tests.quota.conftest import make_tenant
+from tests.waiting import wait_until_async
 
 
 async def admit_many(service: QuotaService, keys: list, count: int, estimate: int | list[int] = 10) -> list:
@@ -104,11 +105,12 @@ async def test_lease_expiry_frees_a_leaked_slot_and_renew_keeps_it(service: Quot
     leaked = await service.admit(tenant.keys[0], model="m", estimated_tokens=1, request_id="lost")
     alive = await service.admit(kept.keys[0], model="m", estimated_tokens=1, request_id="alive")
     assert leaked.admitted and alive.admitted and alive.reservation is not None
-    deadline = time.monotonic() + 1.0  # lease_ttl is 0.6 s in these fixtures
-    while time.monotonic() < deadline:
+
+    async def renewing_until_the_leak_lapses() -> bool:  # lease_ttl is 0.6 s in these fixtures
         await service.renew(alive.reservation)
-        await asyncio.sleep(0.1)
-    assert (await service.admit(tenant.keys[0], model="m", estimated_tokens=1, request_id="next")).admitted
+        return (await service.admit(tenant.keys[0], model="m", estimated_tokens=1, request_id="next")).admitted
+
+    await wait_until_async(renewing_until_the_leak_lapses, what="the leaked lease lapsed", interval=0.1)
     blocked = await service.admit(kept.keys[0], model="m", estimated_tokens=1, request_id="blocked")
     assert not blocked.admitted and blocked.refused_limit == LimitName.concurrency
 
