@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from tests.reliability.processes import GatewayProcess, Process, backend_process, metric_value
+from tests.waiting import wait_until, wait_until_async
 
 MAX_CONCURRENCY = 16  # the key's own concurrency quota: a leaked lease would show as a 429 afterwards
 
@@ -61,8 +62,12 @@ def _chat(max_tokens: int, stream: bool = True) -> dict[str, object]:
             "messages": [{"role": "user", "content": f"Count to {random.randint(10, 99)}."}]}
 
 
-async def _stream(client: httpx.AsyncClient, secret: str, max_tokens: int, leave_after: int | None) -> str:
-    """'ok', 'left' (we hung up on purpose), 'error event', 'cut' (ended without [DONE]) or an HTTP status."""
+async def _stream(client: httpx.AsyncClient, secret: str, max_tokens: int, leave_after: int | None,
+                  received: list[int] | None = None) -> str:
+    """'ok', 'left' (we hung up on purpose), 'error event', 'cut' (ended without [DONE]) or an HTTP status.
+
+    `received[0]` counts the chunks with choices as they arrive, for a caller watching the stream's progress.
+    """
     async with client.stream("POST", "/v1/chat/completions", json=_chat(max_tokens),
                              headers={"authorization": f"Bearer {secret}"}) as response:
         if response.status_code != 200:
@@ -75,6 +80,8 @@ async def _stream(client: httpx.AsyncClient, secret: str, max_tokens: int, leave
                 return "ok"
             if line.startswith("data: ") and json.loads(line[6:]).get("choices"):
                 contents += 1
+                if received is not None:
+                    received[0] = contents
                 if leave_after is not None and contents >= leave_after:
                     return "left"  # leaving the block closes the connection mid-stream
         return "cut"
@@ -86,14 +93,6 @@ def _idle(url: str) -> bool:
             and metric_value(text, "tidegate_backend_num_requests_waiting") == 0
             and metric_value(text, "tidegate_backend_kv_cache_blocks_free")
             == metric_value(text, "tidegate_backend_kv_cache_blocks_total"))
-
-
-def _wait(predicate: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not {what} after {timeout}s")
-        time.sleep(0.2)
 
 
 def _gateway_idle(gateway: GatewayProcess) -> bool:
@@ -120,8 +119,8 @@ async def test_disconnect_storm_leaves_no_lease_reservation_or_kv_block(stack: S
     assert outcomes["left"] >= 190, outcomes  # a few may finish early if their budget allows, none may fail
     assert set(outcomes) <= {"left", "ok"}, outcomes
     for backend in stack.backends:
-        _wait(lambda b=backend: _idle(b.url), 60, f"idle: {backend.url}")
-    _wait(lambda: _gateway_idle(stack.gateway), 30, "gateway idle")
+        wait_until(lambda b=backend: _idle(b.url), 60, f"{backend.url} idle", interval=0.2)
+    wait_until(lambda: _gateway_idle(stack.gateway), 30, "the gateway idle", interval=0.2)
     await _no_lease_left(stack)
 
 
@@ -131,26 +130,45 @@ def _channel(gateway: GatewayProcess, name: str) -> dict[str, object]:
     return next(row for row in rows if row["name"] == name)
 
 
+def _out_of_rotation(stack: Stack, name: str) -> bool:
+    """The gateway stopped sending to the channel: its breaker opened or its health check failed."""
+    status = _channel(stack.gateway, name)
+    return status["models"]["smollm2"]["breaker"] == "open" or not status["healthy"]  # type: ignore[index]
+
+
+def _running(url: str) -> bool:
+    return metric_value(httpx.get(f"{url}/metrics", timeout=10).text, "tidegate_backend_num_requests_running") > 0
+
+
 async def test_replica_killed_under_load_fails_over_and_recovers(stack: Stack) -> None:
     victim = stack.backends[0]
     results: list[tuple[float, float, str]] = []  # (sent, ended, outcome)
+    received: dict[int, list[int]] = {}  # per user: chunks its current stream has received
 
-    async def user(client: httpx.AsyncClient, stop: asyncio.Event) -> None:
+    async def user(n: int, client: httpx.AsyncClient, stop: asyncio.Event) -> None:
         while not stop.is_set():
             sent = time.monotonic()
-            outcome = await _stream(client, stack.secret, 24, None)
+            received[n] = [0]
+            outcome = await _stream(client, stack.secret, 24, None, received[n])
             results.append((sent, time.monotonic(), outcome))
+
+    def victim_streaming() -> bool:
+        # No await between the two reads: every request the victim runs belongs to a stream the client still
+        # counts, so if each has passed its first bytes, the kill cuts a stream failover can no longer save.
+        return (len(received) == 8 and all(chunks[0] >= 2 for chunks in received.values())
+                and _running(victim.url))
 
     stop = asyncio.Event()
     async with httpx.AsyncClient(base_url=stack.gateway.url, timeout=120) as client:
-        users = [asyncio.create_task(user(client, stop)) for _ in range(8)]
-        warm_until = time.monotonic() + 90
-        while len(results) < 8 and time.monotonic() < warm_until:  # traffic on both replicas first
-            await asyncio.sleep(0.2)
-        await asyncio.sleep(1.0)
+        users = [asyncio.create_task(user(n, client, stop)) for n in range(8)]
+        await wait_until_async(lambda: len(results) >= 8, 90, "eight streams served before the kill", interval=0.2)
+        await wait_until_async(victim_streaming, 60, "every stream past its first bytes, some on the victim",
+                               interval=0.05)
         killed_at = time.monotonic()
         victim.kill()
-        await asyncio.sleep(6.0)
+        await wait_until_async(
+            lambda: sum(sent >= killed_at for sent, _, _ in results) >= 8 and _out_of_rotation(stack, "c0"),
+            120, "eight streams sent after the kill answered, and c0 out of rotation", interval=0.2)
         stop.set()
         await asyncio.gather(*users)
 
@@ -162,20 +180,18 @@ async def test_replica_killed_under_load_fails_over_and_recovers(stack: Stack) -
     assert set(spanning) <= {"ok", "error event"} and spanning["error event"] >= 1, spanning
     # every request sent after the kill, including those routed to the dead replica, succeeded
     assert sent_after["ok"] >= 8 and set(sent_after) == {"ok"}, sent_after
-    victim_name = "c0"
-    status = _channel(stack.gateway, victim_name)
-    assert status["models"]["smollm2"]["breaker"] == "open" or not status["healthy"], status  # type: ignore[index]
 
     victim.start(health_timeout=180)  # the replica comes back on its port
-    deadline = time.monotonic() + 60
     async with httpx.AsyncClient(base_url=stack.gateway.url, timeout=120) as client:
-        while True:
-            status = _channel(stack.gateway, victim_name)
+
+        async def back_in_rotation() -> bool:
+            status = _channel(stack.gateway, "c0")
             if status["healthy"] and status["models"]["smollm2"]["breaker"] == "closed":  # type: ignore[index]
-                break
-            assert time.monotonic() < deadline, status
+                return True
             assert await _stream(client, stack.secret, 4, None) == "ok"  # live traffic probes the half-open breaker
-            await asyncio.sleep(0.2)
-    _wait(lambda: all(_idle(b.url) for b in stack.backends), 60, "backends idle")
-    _wait(lambda: _gateway_idle(stack.gateway), 30, "gateway idle")
+            return False
+
+        await wait_until_async(back_in_rotation, 60, "c0 healthy with its breaker closed", interval=0.2)
+    wait_until(lambda: all(_idle(b.url) for b in stack.backends), 60, "both backends idle", interval=0.2)
+    wait_until(lambda: _gateway_idle(stack.gateway), 30, "the gateway idle", interval=0.2)
     await _no_lease_left(stack)
