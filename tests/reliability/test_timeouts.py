@@ -15,6 +15,7 @@ import pytest
 
 from tests.gateway.upstreams import MockUpstream
 from tests.reliability.processes import GatewayProcess
+from tests.waiting import wait_until_async
 
 SLACK = 0.6  # process scheduling on a loaded 2-core machine
 
@@ -125,7 +126,7 @@ async def test_queue_timeout_answers_503_with_retry_after(tmp_path: Path, stalli
     try:
         _, secret = gateway.new_key()
         holder = asyncio.create_task(_timed_post(gateway.url, secret, _chat(True, max_tokens=30)))
-        await asyncio.sleep(0.5)
+        await wait_until_async(lambda: stalling.attempts == 1, what="the first request upstream, holding the slot")
         start = time.monotonic()
         async with httpx.AsyncClient(timeout=30) as client:
             response = await client.post(f"{gateway.url}/v1/chat/completions", json=_chat(False),
