@@ -10,6 +10,8 @@ from typing import Any
 
 import httpx
 
+from config.admin_key import configured_admin_key
+
 QUOTA_FLAGS = ("rpm", "tpm", "max_concurrency", "tokens_per_day", "tokens_per_month")
 
 
@@ -101,9 +103,10 @@ def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | No
 
 
 def main(args: argparse.Namespace) -> int:
-    admin_key = args.admin_key or args.settings.gateway.admin_key
+    admin_key = args.admin_key or configured_admin_key(args.settings.gateway)
     if not admin_key:
-        print("tidegate admin: no admin key (--admin-key, TIDEGATE_ADMIN_KEY or admin_key)", file=sys.stderr)
+        print("tidegate admin: no admin key (--admin-key, TIDEGATE_ADMIN_KEY, admin_key or admin_key_file)",
+              file=sys.stderr)
         return 2
     method, path, body, query = request_for(args)
     try:

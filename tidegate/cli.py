@@ -21,6 +21,7 @@ TIERS = {
     "backend": ("backend.server", "the backend server"),
     "gateway": ("gateway.server", "the gateway"),
     "admin": ("gateway.admin_cli", "the admin client"),
+    "admin-key": ("tidegate.secret_files", "the admin key file"),
     "bench": ("bench.cli", "the load generator"),
 }
 
@@ -37,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--model", default="smollm2", help="model for the replicas (default smollm2)")
     up.add_argument("--backend-port", type=int, default=9001, help="first replica's port")
     up.add_argument("--data-dir", type=Path, help="where the embedded store keeps its SQLite file")
+    up.add_argument("--show-keys", action=argparse.BooleanOptionalAction, default=None,
+                    help="print the admin and API keys (default: only when they are created; --no-show-keys "
+                         "never prints them, only the files that hold them)")
 
     be = sub.add_parser("backend", help="serve one inference replica over the OpenAI API")
     be.add_argument("--config", type=Path, help="YAML file of backend settings")
@@ -72,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     admin = sub.add_parser("admin", help="accounts, sub-accounts, keys, quotas and usage over the admin API")
     _delegate_arguments(admin, "admin")
+
+    admin_key = sub.add_parser("admin-key", help="create the gateway's admin key in a file (0600), once")
+    _delegate_arguments(admin_key, "admin-key")
 
     bench = sub.add_parser("bench", help="load generator and capacity planner")
     _delegate_arguments(bench, "bench")
