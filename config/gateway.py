@@ -73,7 +73,7 @@ class PriorityClass(BaseModel):
     max_concurrency: int = Field(default=64, ge=1)
     queue_size: int = Field(default=256, ge=0)
     queue_timeout: float = Field(default=3.0, gt=0)
-    # the upstream's `priority` for this class (lower is served first); null: the class's position in the list
+    # the `priority` the gateway sends upstream for this class (lower is served first); null: none is sent
     upstream_priority: int | None = Field(default=None, ge=-(2**31), le=2**31)
 
 
@@ -107,8 +107,8 @@ class Tracing(BaseModel):
 
 def _default_classes() -> dict[str, PriorityClass]:
     return {
-        "realtime": PriorityClass(max_concurrency=64, queue_size=256, queue_timeout=3.0),
-        "batch": PriorityClass(max_concurrency=16, queue_size=1024, queue_timeout=60.0),
+        "realtime": PriorityClass(max_concurrency=64, queue_size=256, queue_timeout=3.0, upstream_priority=0),
+        "batch": PriorityClass(max_concurrency=16, queue_size=1024, queue_timeout=60.0, upstream_priority=1),
     }
 
 

@@ -51,7 +51,7 @@ class Gateway:
         upstream = UpstreamClient(self.router, settings.retries, self.session)
         self.tracing = setup_tracing(settings.tracing)
         self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics, self.tracing)
-        self.admin = AdminApi(quota, self.router, configured_admin_key(settings))
+        self.admin = AdminApi(quota, self.router, configured_admin_key(settings), frozenset(settings.priority_classes))
         self.health = HealthChecker(channels, settings.health_check_interval, self.http,
                                     settings.health_check_timeout, settings.unhealthy_threshold)
         self.breaker_sync = None
