@@ -138,7 +138,7 @@ class AdminApi:
     def _check_class(self, body: dict[str, Any]) -> None:
         """A key's class must be one this gateway serves: an unknown one would fail every request on the key."""
         value = body.get("priority_class")
-        if value is not None and self._classes and value not in self._classes:
+        if value is not None and self._classes and (not isinstance(value, str) or value not in self._classes):
             raise invalid_request(f"priority_class must be one of {sorted(self._classes)} or null", "priority_class")
 
     async def usage(self, request: Request) -> Any:
