@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from config.admin_key import configured_admin_key
+from tidegate.url_credentials import redact_url
 
 QUOTA_FLAGS = ("rpm", "tpm", "max_concurrency", "tokens_per_day", "tokens_per_month")
 
@@ -113,7 +114,7 @@ def main(args: argparse.Namespace) -> int:
         response = httpx.request(method, args.url.rstrip("/") + path, json=body, params=query,
                                  headers={"authorization": f"Bearer {admin_key}"}, timeout=30)
     except httpx.HTTPError as exc:
-        print(f"tidegate admin: cannot reach {args.url}: {exc}", file=sys.stderr)
+        print(f"tidegate admin: cannot reach {redact_url(args.url)}: {exc}", file=sys.stderr)
         return 1
     try:
         shown: Any = response.json()
