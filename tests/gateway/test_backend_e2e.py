@@ -3,26 +3,16 @@
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
-from tests.backend.backend_process import BackendProcess
 from tests.gateway.harness import GatewayHarness, settings_for
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("backend.server") is None,
                                 reason="backend/server.py has not landed")
 StartGateway = Callable[..., Awaitable[GatewayHarness]]
-
-
-@pytest.fixture(scope="module")
-def backend_url(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    backend = BackendProcess(model_path, tmp_path_factory.mktemp("backend") / "backend.log")
-    try:
-        yield backend.start().base_url
-    finally:
-        backend.stop()
 
 
 async def test_chat_and_completions_through_the_gateway_settle_the_backends_usage(
