@@ -60,3 +60,10 @@ def backend_url(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> I
         yield backend.start().base_url
     finally:
         backend.stop()
+
+
+@pytest.fixture
+async def backend_gateway(backend_url: str,
+                          gateway_for: Callable[..., Awaitable[GatewayHarness]]) -> GatewayHarness:
+    """A gateway whose one channel is the real backend, serving the model under its own name."""
+    return await gateway_for([], channels=[{"name": "backend", "base_url": backend_url, "models": ["smollm2"]}])

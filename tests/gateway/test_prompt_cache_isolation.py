@@ -3,9 +3,7 @@ tenant's prompt sees no cached tokens, while the same account still reuses its o
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from tests.gateway.harness import GatewayHarness, settings_for
+from tests.gateway.harness import GatewayHarness
 
 # long enough for several full 16-token KV blocks
 SECRET_PROMPT = ("Internal memo, do not share: the merger with Northwind closes on the 14th of March and the "
@@ -21,17 +19,12 @@ async def _cached_tokens(gateway: GatewayHarness, secret: str) -> int:
 
 
 async def test_a_guessed_prompt_of_another_account_comes_back_with_no_cached_tokens(
-        backend_url: str, tmp_path: Path) -> None:
-    settings = settings_for(tmp_path, [backend_url])
-    settings.channels[0].models = {"smollm2": "smollm2"}
-    gateway = await GatewayHarness(settings).start()
-    try:
-        account_a = await gateway.account()
-        _, tenant_a = await gateway.key(account_id=account_a)
-        _, tenant_a_other_key = await gateway.key(account_id=account_a)
-        _, tenant_b = await gateway.key()
-        await _cached_tokens(gateway, tenant_a)  # tenant A's prompt is now in the backend's prefix cache
-        assert await _cached_tokens(gateway, tenant_a_other_key) >= 32  # its own account reuses it
-        assert await _cached_tokens(gateway, tenant_b) == 0  # a right guess from another account learns nothing
-    finally:
-        await gateway.stop()
+        backend_gateway: GatewayHarness) -> None:
+    gateway = backend_gateway
+    account_a = await gateway.account()
+    _, tenant_a = await gateway.key(account_id=account_a)
+    _, tenant_a_other_key = await gateway.key(account_id=account_a)
+    _, tenant_b = await gateway.key()
+    await _cached_tokens(gateway, tenant_a)  # tenant A's prompt is now in the backend's prefix cache
+    assert await _cached_tokens(gateway, tenant_a_other_key) >= 32  # its own account reuses it
+    assert await _cached_tokens(gateway, tenant_b) == 0  # a right guess from another account learns nothing
