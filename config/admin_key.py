@@ -30,7 +30,8 @@ def configured_admin_key(settings: GatewaySettings) -> str | None:
     try:
         return path.read_text().strip() or None
     except OSError as exc:
-        raise SettingsError(f"cannot read admin_key_file {path}: {exc.strerror}") from None
+        raise SettingsError(f"cannot read admin_key_file {path}: {exc.strerror} "
+                            f"(`tidegate admin-key --file {path}` creates one)") from None
 
 
 def admin_key_problem(key: str | None) -> str | None:

@@ -10,6 +10,7 @@ import httpx
 import openai
 import pytest
 
+from gateway.upstream_answers import is_safe_message
 from tests.gateway.harness import GatewayHarness
 from tests.gateway.upstreams import LEAKED, Fault, MockUpstream
 
@@ -76,6 +77,16 @@ async def test_an_upstream_4xx_keeps_code_and_param_but_not_a_message_with_secre
         await gateway.client(secret).chat.completions.create(model="smollm2", messages=MESSAGES)  # type: ignore[arg-type]
     assert refused.value.code == "context_length_exceeded" and refused.value.param == "messages"
     assert LEAKED not in str(refused.value.body) and "sk-live" not in refused.value.message
+
+
+def test_plain_upstream_messages_survive_and_revealing_ones_do_not() -> None:
+    kept = ("This model's maximum context length is 2048 tokens. However, you requested 3000 tokens "
+            "(2000 in the messages, 1000 in the completion). Please reduce the length of the messages.")
+    assert is_safe_message(kept) and is_safe_message("'temperature' must be between 0 and 2")
+    for revealing in (LEAKED, "bad key sk-abc123def456ghi", "see https://docs.internal", "proxy at 10.1.2.3",
+                      "backend vllm-7:8000 refused", "<b>no</b>", "Authorization header invalid",
+                      "file /var/lib/models/x.gguf missing", "token=abcdef", "x" * 1000, "two\nlines"):
+        assert not is_safe_message(revealing), revealing
 
 
 def _tools(kilobytes: int) -> list[dict[str, Any]]:
