@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     gw.add_argument("--port", type=int)
     gw.add_argument("--redis", dest="redis_url", metavar="URL")
     gw.add_argument("--workers", type=int)
-    gw.add_argument("--admin-key")
+    gw.add_argument("--admin-key", help="the admin key (shown in process listings: prefer --admin-key-file)")
+    gw.add_argument("--admin-key-file", type=Path, help="a file holding the admin key")
     gw.add_argument("--data-dir", type=Path)
     gw.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
 
@@ -112,7 +113,7 @@ BACKEND_FLAGS = ("model", "served_model_name", "host", "port", "device", "dtype"
                  "max_num_batched_tokens", "max_model_len", "block_size", "kv_cache_memory", "max_waiting",
                  "queue_timeout", "threads", "max_waiting_tokens", "max_body_bytes", "enable_prefix_caching",
                  "log_level")
-GATEWAY_FLAGS = ("host", "port", "redis_url", "workers", "admin_key", "data_dir", "log_level")
+GATEWAY_FLAGS = ("host", "port", "redis_url", "workers", "admin_key", "admin_key_file", "data_dir", "log_level")
 
 
 def _run_tier(command: str) -> Callable[[argparse.Namespace], int]:

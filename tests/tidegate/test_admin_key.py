@@ -43,9 +43,9 @@ def test_gateway_starts_with_a_strong_admin_key_from_a_file(tmp_path: Path) -> N
     key_file.write_text(STRONG_KEY + "\n")
     config = tmp_path / "gw.yaml"
     port = free_port()
-    config.write_text(yaml.safe_dump({"admin_key_file": str(key_file), "port": port,
-                                      "data_dir": str(tmp_path / "data")}))
-    gateway = ChildProcess(tidegate_argv("gateway", "--config", str(config)), tmp_path / "gw.log", port).start()
+    config.write_text(yaml.safe_dump({"port": port, "data_dir": str(tmp_path / "data")}))
+    argv = tidegate_argv("gateway", "--config", str(config), "--admin-key-file", str(key_file))
+    gateway = ChildProcess(argv, tmp_path / "gw.log", port).start()
     try:
         admin = httpx.get(f"{gateway.url}/admin/accounts", headers={"authorization": f"Bearer {STRONG_KEY}"})
         assert admin.status_code == 200
