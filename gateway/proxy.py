@@ -23,7 +23,7 @@ from gateway.request_extras import request_extras
 from gateway.router import Router
 from gateway.tracing import Tracing
 from gateway.upstream import Answer, UpstreamClient, UpstreamRequest
-from gateway.upstream_answers import client_answer
+from gateway.upstream_answers import client_answer, is_reported
 from quota import KeyInfo, QuotaService
 
 
@@ -123,8 +123,9 @@ class Proxy:
 
         async def end(disconnected: bool = False) -> None:
             await relay.close(disconnected)
-            # without the upstream's usage (cut, or the client left), charge what was generated
-            usage = relay.usage or Usage(exchange.record.prompt_tokens, relay.chunks)
+            # without the upstream's usage (cut, the client left, an upstream that does not count), charge the
+            # prompt estimate and what was generated
+            usage = relay.usage if is_reported(relay.usage) else Usage(exchange.record.prompt_tokens, relay.chunks)
             await exchange.end(200, relay.outcome.value, usage)
 
         return StreamResponse(relay.stream(end), headers, end)

@@ -39,14 +39,19 @@ def client_answer(answer: Answer, prompt_tokens: int) -> ClientAnswer:
     if answer.status >= 300:
         error = upstream_refusal(answer.status, answer.body)
         return ClientAnswer(error.status, _encode(error), None)
-    body, usage = rewrite_body(answer)
-    if usage is None or (usage.prompt_tokens == 0 and usage.completion_tokens == 0):
-        served = _json_object(body)
-        if served is None:
-            error = ApiError(502, "the upstream's answer is not a JSON object", "upstream_error", "upstream_error")
-            return ClientAnswer(502, _encode(error), None)
-        usage = Usage(prompt_tokens, estimate_completion_tokens(served))
-    return ClientAnswer(answer.status, body, usage)
+    body, reported = rewrite_body(answer)
+    if is_reported(reported):
+        return ClientAnswer(answer.status, body, reported)
+    served = _json_object(body)
+    if served is None:
+        error = ApiError(502, "the upstream's answer is not a JSON object", "upstream_error", "upstream_error")
+        return ClientAnswer(502, _encode(error), None)
+    return ClientAnswer(answer.status, body, Usage(prompt_tokens, estimate_completion_tokens(served)))
+
+
+def is_reported(usage: Usage | None) -> bool:
+    """Whether an upstream reported usage; all zeros for a served answer is an upstream that did not count."""
+    return usage is not None and (usage.prompt_tokens > 0 or usage.completion_tokens > 0)
 
 
 def upstream_refusal(status: int, body: bytes) -> ApiError:
