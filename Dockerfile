@@ -32,4 +32,6 @@ RUN pip install .
 RUN tidegate model pull smollm2
 
 EXPOSE 8000 9001
-CMD ["tidegate", "up", "--host", "0.0.0.0"]
+# The keys are created in the data dir and never printed into the container log; read them with
+#   docker exec CONTAINER cat /root/.local/share/tidegate/admin_key
+CMD ["tidegate", "up", "--host", "0.0.0.0", "--no-show-keys"]

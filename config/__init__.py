@@ -1,11 +1,22 @@
 """Settings for every tier, from defaults, an optional YAML file, `TIDEGATE_*` variables and flags."""
 
 from config.backend import BackendSettings
-from config.gateway import Breaker, Channel, GatewaySettings, PriorityClass, Retries, Timeouts, Tracing
+from config.gateway import (
+    REQUEST_EXTRAS,
+    Breaker,
+    Channel,
+    GatewaySettings,
+    PriorityClass,
+    RequestExtra,
+    Retries,
+    Timeouts,
+    Tracing,
+)
 from config.settings import Settings, SettingsError, load_settings
 from config.stores import OnRedisDown, RedisDownPolicy, StoreSettings
 
 __all__ = [
+    "REQUEST_EXTRAS",
     "BackendSettings",
     "Breaker",
     "Channel",
@@ -13,6 +24,7 @@ __all__ = [
     "OnRedisDown",
     "PriorityClass",
     "RedisDownPolicy",
+    "RequestExtra",
     "Retries",
     "Settings",
     "SettingsError",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -27,6 +28,10 @@ class Timeouts(BaseModel):
         return self
 
 
+RequestExtra = Literal["cache_salt", "priority"]
+REQUEST_EXTRAS: tuple[RequestExtra, ...] = ("cache_salt", "priority")
+
+
 class Channel(BaseModel):
     """One upstream OpenAI-compatible server and the models it serves."""
 
@@ -36,7 +41,9 @@ class Channel(BaseModel):
     base_url: str = Field(pattern=r"^https?://")
     # public model name -> upstream model name; a list means the same names.
     models: dict[str, str]
-    api_key: str | None = None
+    api_key: str | None = Field(default=None, repr=False)
+    # request extras the upstream accepts; the gateway sets them itself and always drops the client's
+    extras: set[RequestExtra] = Field(default_factory=lambda: set(REQUEST_EXTRAS))
     weight: float = Field(default=1.0, gt=0)
     priority: int = Field(default=0, ge=0)
     max_concurrency: int = Field(default=64, ge=1)
@@ -66,6 +73,8 @@ class PriorityClass(BaseModel):
     max_concurrency: int = Field(default=64, ge=1)
     queue_size: int = Field(default=256, ge=0)
     queue_timeout: float = Field(default=3.0, gt=0)
+    # the `priority` the gateway sends upstream for this class (lower is served first); null: none is sent
+    upstream_priority: int | None = Field(default=None, ge=-(2**31), le=2**31)
 
 
 class Retries(BaseModel):
@@ -98,8 +107,8 @@ class Tracing(BaseModel):
 
 def _default_classes() -> dict[str, PriorityClass]:
     return {
-        "realtime": PriorityClass(max_concurrency=64, queue_size=256, queue_timeout=3.0),
-        "batch": PriorityClass(max_concurrency=16, queue_size=1024, queue_timeout=60.0),
+        "realtime": PriorityClass(max_concurrency=64, queue_size=256, queue_timeout=3.0, upstream_priority=0),
+        "batch": PriorityClass(max_concurrency=16, queue_size=1024, queue_timeout=60.0, upstream_priority=1),
     }
 
 
@@ -109,7 +118,9 @@ class GatewaySettings(StoreSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     workers: int = Field(default=1, ge=1)
-    admin_key: str | None = Field(default=None, min_length=8)
+    # the policy (32+ characters, no example value) is checked at start, so an error never echoes the key
+    admin_key: str | None = Field(default=None, repr=False)
+    admin_key_file: Path | None = None
     channels: list[Channel] = Field(default_factory=list)
     priority_classes: dict[str, PriorityClass] = Field(default_factory=_default_classes)
     default_priority_class: str = "realtime"
@@ -123,6 +134,8 @@ class GatewaySettings(StoreSettings):
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     # reserved at admission for requests without max_tokens; settlement refunds what was not used
     default_max_tokens: int = Field(default=512, ge=1)
+    # prompt tokens counted per input image at admission (OpenAI's rule for a 1024x1024 image in high detail)
+    image_prompt_tokens: int = Field(default=765, ge=0)
     tracing: Tracing = Field(default_factory=Tracing)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

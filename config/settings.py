@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from config.backend import BackendSettings
 from config.gateway import GatewaySettings
+from tidegate.url_credentials import redact_url
 
 
 class SettingsError(Exception):
@@ -89,6 +90,8 @@ def format_errors(exc: ValidationError) -> str:
         field = ".".join(str(part) for part in err["loc"]) or "settings"
         env = "TIDEGATE_" + "__".join(str(p).upper() for p in err["loc"] if not isinstance(p, int))
         value = err.get("input")
+        if isinstance(value, str) and "://" in value:
+            value = redact_url(value)  # a bad base_url or redis_url may carry a password
         shown = repr(value) if not isinstance(value, dict) else "{...}"
         lines.append(f"invalid setting {field} = {shown}: {err['msg']} (file key or env {env})")
     return "\n".join(lines)

@@ -46,10 +46,12 @@ def to_json(value: Any) -> Any:
 class AdminApi:
     """Each route checks the admin key, calls quota's admin API and maps its errors to 400/404."""
 
-    def __init__(self, quota: QuotaService, router: Router, admin_key: str | None):
+    def __init__(self, quota: QuotaService, router: Router, admin_key: str | None,
+                 priority_classes: frozenset[str] = frozenset()):
         self._admin = quota.admin
         self._router = router
         self._admin_key = admin_key
+        self._classes = priority_classes
 
     def routes(self) -> list[Route]:
         r = self._wrap
@@ -86,7 +88,6 @@ class AdminApi:
     async def create_account(self, request: Request) -> Any:
         body = await _json_body(request)
         _reject_unknown(body, {"name", "quota"})
-        _reject_unknown(body, {"name", "quota"})
         return 201, await self._admin.create_account(body.get("name", ""), body.get("quota"))
 
     async def list_accounts(self, request: Request) -> Any:
@@ -97,7 +98,6 @@ class AdminApi:
 
     async def create_sub_account(self, request: Request) -> Any:
         body = await _json_body(request)
-        _reject_unknown(body, {"name", "quota"})
         _reject_unknown(body, {"name", "quota"})
         return 201, await self._admin.create_sub_account(request.path_params["id"], body.get("name", ""),
                                                          body.get("quota"))
@@ -110,6 +110,7 @@ class AdminApi:
         body = await _json_body(request)
         allowed = {"account_id", "sub_account_id", "name", "models", "quota", "priority_class", "expires_at"}
         _reject_unknown(body, allowed)
+        self._check_class(body)
         created = await self._admin.create_key(**body)
         return 201, {**to_json(created.key), "key": created.secret}
 
@@ -127,11 +128,18 @@ class AdminApi:
         body = await _json_body(request)
         _reject_unknown(body, set(UPDATABLE[kind]))
         changes = {name: body.get(name, UNSET) for name in UPDATABLE[kind]}
+        self._check_class(body)
         if kind == "accounts":
             return await self._admin.update_account(record_id, **changes)
         if kind == "sub-accounts":
             return await self._admin.update_sub_account(record_id, **changes)
         return await self._admin.update_key(record_id, **changes)
+
+    def _check_class(self, body: dict[str, Any]) -> None:
+        """A key's class must be one this gateway serves: an unknown one would fail every request on the key."""
+        value = body.get("priority_class")
+        if value is not None and self._classes and (not isinstance(value, str) or value not in self._classes):
+            raise invalid_request(f"priority_class must be one of {sorted(self._classes)} or null", "priority_class")
 
     async def usage(self, request: Request) -> Any:
         q = request.query_params

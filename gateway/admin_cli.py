@@ -10,6 +10,9 @@ from typing import Any
 
 import httpx
 
+from config.admin_key import configured_admin_key
+from tidegate.url_credentials import redact_url
+
 QUOTA_FLAGS = ("rpm", "tpm", "max_concurrency", "tokens_per_day", "tokens_per_month")
 
 
@@ -101,16 +104,17 @@ def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | No
 
 
 def main(args: argparse.Namespace) -> int:
-    admin_key = args.admin_key or args.settings.gateway.admin_key
+    admin_key = args.admin_key or configured_admin_key(args.settings.gateway)
     if not admin_key:
-        print("tidegate admin: no admin key (--admin-key, TIDEGATE_ADMIN_KEY or admin_key)", file=sys.stderr)
+        print("tidegate admin: no admin key (--admin-key, TIDEGATE_ADMIN_KEY, admin_key or admin_key_file)",
+              file=sys.stderr)
         return 2
     method, path, body, query = request_for(args)
     try:
         response = httpx.request(method, args.url.rstrip("/") + path, json=body, params=query,
                                  headers={"authorization": f"Bearer {admin_key}"}, timeout=30)
     except httpx.HTTPError as exc:
-        print(f"tidegate admin: cannot reach {args.url}: {exc}", file=sys.stderr)
+        print(f"tidegate admin: cannot reach {redact_url(args.url)}: {exc}", file=sys.stderr)
         return 1
     try:
         shown: Any = response.json()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from gateway.errors import ApiError, retry_after_headers, unavailable
@@ -10,28 +11,72 @@ from quota import Admission, LimitName, RateInfo
 BUDGET_LIMITS = (LimitName.tokens_per_day, LimitName.tokens_per_month)
 
 
-def estimate_prompt_tokens(body: dict[str, Any]) -> int:
-    """A cheap prompt-size estimate (UTF-8 bytes / 4, plus a few per chat message) used for admission."""
-    size = 0
+# request fields that the upstream's chat template or guided decoding turns into prompt tokens
+PROMPT_FIELDS = ("tools", "functions", "tool_choice", "response_format", "structured_outputs", "guided_json",
+                 "guided_regex", "guided_choice", "guided_grammar")
+IMAGE_PARTS = frozenset({"image_url", "input_image", "image"})
+
+
+def estimate_prompt_tokens(body: dict[str, Any], *, image_tokens: int) -> int:
+    """A cheap estimate of everything that becomes prompt tokens, used for admission and for charging an answer
+    without usage: UTF-8 bytes / 4 of the text, tool calls, tools and response formats, a few tokens of framing
+    per chat message, and `image_tokens` per input image."""
+    size, images = 0, 0
     messages = body.get("messages")
     if isinstance(messages, list):
         for message in messages:
             size += 16  # role and framing tokens
             if isinstance(message, dict):
-                size += _text_bytes(message.get("content"))
+                text, pictures = _content_size(message.get("content"))
+                size += text + _json_bytes(message.get("tool_calls")) + _json_bytes(message.get("function_call"))
+                images += pictures
     else:
-        size += _text_bytes(body.get("prompt"))
+        size, images = _content_size(body.get("prompt"))
+    size += sum(_json_bytes(body.get(name)) for name in PROMPT_FIELDS)
+    return max(1, size // 4) + images * image_tokens
+
+
+def estimate_completion_tokens(answer: dict[str, Any]) -> int:
+    """The completion tokens of a whole answer that came without usage: at least 1, it was served."""
+    choices = answer.get("choices")
+    size = 0
+    if isinstance(choices, list):
+        size = sum(_json_bytes(c.get("message") or c.get("text")) for c in choices if isinstance(c, dict))
     return max(1, size // 4)
 
 
-def _text_bytes(content: Any) -> int:
+def _content_size(content: Any) -> tuple[int, int]:
+    """(text bytes, images) of a message's content or a prompt; one level of parts, never deeper, so that a
+    hostile nesting costs nothing here (the upstream rejects it)."""
     if isinstance(content, str):
-        return len(content.encode())
-    if isinstance(content, list):
-        return sum(_text_bytes(part.get("text") if isinstance(part, dict) else part) for part in content)
-    if isinstance(content, int):
-        return 4  # a token id in a pre-tokenised prompt
-    return 0
+        return len(content.encode()), 0
+    if not isinstance(content, list):
+        return 0, 0
+    size, images = 0, 0
+    for part in content:
+        if isinstance(part, dict):
+            if part.get("type") in IMAGE_PARTS:
+                images += 1
+            elif isinstance(part.get("text"), str):
+                size += len(part["text"].encode())
+        elif isinstance(part, str):
+            size += len(part.encode())
+        elif isinstance(part, int):
+            size += 4  # a token id in a pre-tokenised prompt
+        elif isinstance(part, list):
+            size += 4 * len(part)  # one pre-tokenised prompt of a batch
+    return size, images
+
+
+def _json_bytes(value: Any) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        return len(value.encode())
+    try:
+        return len(json.dumps(value, separators=(",", ":")))
+    except (TypeError, ValueError, RecursionError):
+        return 0
 
 
 def max_output_tokens(body: dict[str, Any], default: int) -> int:

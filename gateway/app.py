@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -16,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from config import GatewaySettings
+from config.admin_key import configured_admin_key
 from gateway.admin_api import AdminApi
 from gateway.breaker_sync import BreakerSync
 from gateway.channels import ChannelState, HealthChecker
@@ -27,10 +27,10 @@ from gateway.proxy import Proxy
 from gateway.router import Router
 from gateway.tracing import setup_tracing
 from gateway.upstream import UpstreamClient
+from gateway.worker_settings import read_worker_settings
 from quota import QuotaService, open_store
 from tidegate import openapi
 
-SETTINGS_ENV = "TIDEGATE_GATEWAY_SETTINGS_JSON"
 OPENAPI = openapi.document("tidegate gateway", gateway=True)
 
 
@@ -42,8 +42,8 @@ class Gateway:
         self.quota = quota
         self.http = httpx.AsyncClient()  # health checks only
         # upstream calls: aiohttp costs a fraction of httpx's CPU per request under concurrency
-        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
-                                             auto_decompress=False)
+        # answers are decompressed if an upstream compresses although asked for identity (see upstream.py)
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30))
         channels = [ChannelState(c, settings.channel_timeouts(c), settings.breaker) for c in settings.channels]
         self.router = Router(channels)
         self.pools = PriorityPools(settings.priority_classes, settings.default_priority_class)
@@ -51,7 +51,7 @@ class Gateway:
         upstream = UpstreamClient(self.router, settings.retries, self.session)
         self.tracing = setup_tracing(settings.tracing)
         self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics, self.tracing)
-        self.admin = AdminApi(quota, self.router, settings.admin_key)
+        self.admin = AdminApi(quota, self.router, configured_admin_key(settings), frozenset(settings.priority_classes))
         self.health = HealthChecker(channels, settings.health_check_interval, self.http,
                                     settings.health_check_timeout, settings.unhealthy_threshold)
         self.breaker_sync = None
@@ -123,10 +123,7 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
 
 
 def create_app_from_env() -> Starlette:
-    """The factory each uvicorn worker calls: settings travel from the parent in an environment variable."""
-    raw = os.environ.get(SETTINGS_ENV)
-    if raw is None:
-        raise RuntimeError(f"{SETTINGS_ENV} is not set; start workers with `tidegate gateway`")
-    settings = GatewaySettings.model_validate_json(raw)
+    """The factory each uvicorn worker calls: settings travel from the parent in a private file."""
+    settings = read_worker_settings()
     logging.basicConfig(level=settings.log_level.upper(), format="%(message)s")
     return create_app(settings)

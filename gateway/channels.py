@@ -13,6 +13,7 @@ import httpx
 from config import Breaker as BreakerSettings
 from config import Channel, Timeouts
 from gateway.breaker import CircuitBreaker
+from tidegate.url_credentials import redact_url, split_credentials
 
 log = logging.getLogger("tidegate.gateway.channels")
 
@@ -69,7 +70,7 @@ class ChannelState:
     def status(self) -> dict[str, object]:
         return {
             "name": self.name,
-            "base_url": self.config.base_url,
+            "base_url": redact_url(self.config.base_url),
             "healthy": self.healthy,
             "in_flight": self.in_flight,
             "priority": self.config.priority,
@@ -122,8 +123,9 @@ class HealthChecker:
         url = channel.health_url()
         if url is None:
             return
+        url, auth = split_credentials(url)  # as basic auth, so that httpx's request log shows no password
         try:
-            response = await self._client.get(url, timeout=self._timeout)
+            response = await self._client.get(url, auth=auth, timeout=self._timeout)
             ok = response.status_code == 200
         except httpx.HTTPError:
             ok = False

@@ -9,6 +9,7 @@ from typing import Any
 from starlette.requests import Request
 
 from gateway.errors import ApiError, invalid_request
+from gateway.request_extras import OWNED_FIELDS
 
 
 @dataclass(slots=True)
@@ -71,6 +72,7 @@ def parse(raw: bytes, *, chat: bool, classes: set[str]) -> OpenAIRequest:
         if priority not in classes:
             raise invalid_request(f"'priority' must be one of {sorted(classes)}", "priority")
         priority_class = priority
-        body = {k: v for k, v in body.items() if k != "priority"}  # a class name means nothing upstream
+    # the gateway sets the upstream's priority and cache_salt itself (request_extras.py); a client's never pass
+    body = {k: v for k, v in body.items() if k not in OWNED_FIELDS}
     wants_usage = bool(stream and options and options.get("include_usage"))
     return OpenAIRequest(body, model, stream, wants_usage, priority_class)

@@ -18,9 +18,10 @@ from gateway.errors import ApiError, unavailable
 class PriorityPool:
     """One class's pool: `max_concurrency` slots, then up to `queue_size` waiters for `queue_timeout`."""
 
-    def __init__(self, name: str, settings: PriorityClass):
+    def __init__(self, name: str, settings: PriorityClass, rank: int = 0):
         self.name = name
         self.settings = settings
+        self.rank = rank  # position in the configured list: 0 is the most important class
         self.active = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
 
@@ -82,11 +83,19 @@ class PriorityPools:
     """The configured classes by name."""
 
     def __init__(self, classes: dict[str, PriorityClass], default: str):
-        self.pools = {name: PriorityPool(name, settings) for name, settings in classes.items()}
+        self.pools = {name: PriorityPool(name, settings, rank) for rank, (name, settings) in enumerate(classes.items())}
         self.default = default
 
     def get(self, name: str | None) -> PriorityPool:
-        return self.pools[name if name in self.pools else self.default]
+        # a stored class that is not (or no longer) configured falls back to the default, never to a 500
+        return self.pools[name if isinstance(name, str) and name in self.pools else self.default]
+
+    def choose(self, ceiling: str | None, asked: str | None) -> PriorityPool:
+        """The class the body asked for when it is no more important than the key's class (or the default
+        class, for a key without one); otherwise that ceiling."""
+        top = self.get(ceiling)
+        wanted = self.pools.get(asked) if asked is not None else None
+        return wanted if wanted is not None and wanted.rank >= top.rank else top
 
     def status(self) -> dict[str, dict[str, int]]:
         return {name: {"active": p.active, "queued": p.queued} for name, p in self.pools.items()}

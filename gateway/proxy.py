@@ -18,10 +18,12 @@ from gateway.exchange import Exchange
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import OpenAIRequest, parse, read_body
 from gateway.priority import PriorityPools
-from gateway.relay import StreamRelay, StreamResponse, Usage, rewrite_body
+from gateway.relay import StreamRelay, StreamResponse, Usage
+from gateway.request_extras import request_extras
 from gateway.router import Router
 from gateway.tracing import Tracing
 from gateway.upstream import Answer, UpstreamClient, UpstreamRequest
+from gateway.upstream_answers import client_answer, is_reported
 from quota import KeyInfo, QuotaService
 
 
@@ -53,12 +55,14 @@ class Proxy:
             trace.set_model(call.model)
             self._check_model(key, call.model)
             headers = await self._admit(exchange, key, call, request_id)
-            await exchange.take_slot(self.pools.get(key.priority_class or call.priority_class))
+            pool = self.pools.choose(key.priority_class, call.priority_class)
+            await exchange.take_slot(pool)
             deadline = exchange.started + self.settings.timeouts.total
             exchange.upstream_started = time.monotonic()
             answer = await self.upstream.call(UpstreamRequest(call.model, "/chat/completions" if chat
                                                               else "/completions", call.body, call.stream,
-                                                              deadline, request_id, trace))
+                                                              deadline, request_id, trace,
+                                                              request_extras(key, pool)))
         except ApiError as error:
             await exchange.end(error.status, "refused" if error.status < 500 else "failed")
             return error.response(request_id)
@@ -82,7 +86,7 @@ class Proxy:
 
     async def _admit(self, exchange: Exchange, key: KeyInfo, call: OpenAIRequest,
                      request_id: str) -> dict[str, str]:
-        prompt = estimate_prompt_tokens(call.body)
+        prompt = estimate_prompt_tokens(call.body, image_tokens=self.settings.image_prompt_tokens)
         estimate = prompt + max_output_tokens(call.body, self.settings.default_max_tokens)
         with exchange.trace.admission() as span:
             admission = await self.quota.admit(key, model=call.model, estimated_tokens=estimate,
@@ -102,15 +106,15 @@ class Proxy:
         return headers
 
     async def _whole(self, exchange: Exchange, answer: Answer, headers: dict[str, str]) -> Response:
+        # a 4xx from the upstream is the request's fault, not the channel's; a broken answer (5xx for the client) is
+        verdict = answer.status < 500
         try:
-            body, usage = rewrite_body(answer)
+            reply = client_answer(answer, exchange.record.prompt_tokens)
+            verdict = reply.status < 500
         finally:
-            # a 4xx from the upstream is the request's fault, not the channel's
-            await answer.finish(answer.status < 500)
-        outcome = "ok" if answer.status < 300 else "upstream_error"
-        await exchange.end(answer.status, outcome, usage if answer.status < 300 else None)
-        media = answer.response.headers.get("content-type", "application/json")
-        return Response(body, answer.status, headers, media_type=media)
+            await answer.finish(verdict)
+        await exchange.end(reply.status, "ok" if reply.status < 300 else "upstream_error", reply.usage)
+        return Response(reply.body, reply.status, headers, media_type="application/json")
 
     def _stream(self, exchange: Exchange, answer: Answer, call: OpenAIRequest, headers: dict[str, str],
                 deadline: float) -> Response:
@@ -119,8 +123,9 @@ class Proxy:
 
         async def end(disconnected: bool = False) -> None:
             await relay.close(disconnected)
-            # without the upstream's usage (cut, or the client left), charge what was generated
-            usage = relay.usage or Usage(exchange.record.prompt_tokens, relay.chunks)
+            # without the upstream's usage (cut, the client left, an upstream that does not count), charge the
+            # prompt estimate and what was generated
+            usage = relay.usage if is_reported(relay.usage) else Usage(exchange.record.prompt_tokens, relay.chunks)
             await exchange.end(200, relay.outcome.value, usage)
 
         return StreamResponse(relay.stream(end), headers, end)

@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 
 import uvicorn
 
 from config import GatewaySettings
-from gateway.app import SETTINGS_ENV
+from config.admin_key import required_admin_key
+from gateway.worker_settings import settings_for_workers
 
 
 def main(args: argparse.Namespace) -> int:
     settings: GatewaySettings = args.settings.gateway
+    # refuses to start (SettingsError: one line, exit 2) without a strong admin key
+    admin_key = required_admin_key(settings)
+    settings = settings.model_copy(update={"admin_key": admin_key, "admin_key_file": None})
     logging.basicConfig(level=settings.log_level.upper(), format="%(message)s")
     if not settings.channels:
         logging.getLogger("tidegate.gateway").warning("no channels configured: every model answers 404")
-    # workers are fresh processes: they rebuild the same settings from this variable
-    os.environ[SETTINGS_ENV] = settings.model_dump_json()
-    uvicorn.run("gateway.app:create_app_from_env", factory=True, host=settings.host, port=settings.port,
-                workers=settings.workers, log_level=settings.log_level, access_log=False,
-                timeout_graceful_shutdown=5)
+    with settings_for_workers(settings):
+        uvicorn.run("gateway.app:create_app_from_env", factory=True, host=settings.host, port=settings.port,
+                    workers=settings.workers, log_level=settings.log_level, access_log=False,
+                    timeout_graceful_shutdown=5)
     return 0

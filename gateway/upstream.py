@@ -55,6 +55,7 @@ class UpstreamRequest:
     deadline: float  # time.monotonic() by which the whole request must end
     request_id: str = ""
     trace: RequestTrace = NOOP_REQUEST
+    extras: dict[str, Any] = field(default_factory=dict)  # set by the gateway; sent where a channel accepts them
 
 
 @dataclass(slots=True)
@@ -180,10 +181,13 @@ class UpstreamClient:
                     headers: dict[str, str]) -> aiohttp.ClientResponse:
         body = dict(request.body)
         body["model"] = upstream_model
+        body.update({name: value for name, value in request.extras.items() if name in channel.config.extras})
         if request.stream:
             # usage is needed to settle; the relay strips it again if the client did not ask for it
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         headers["content-type"] = "application/json"
+        # a compressed answer would have to be decoded before its usage can be read; ask for it plain
+        headers["accept-encoding"] = "identity"
         if request.request_id:
             headers["x-request-id"] = request.request_id
         if channel.config.api_key:

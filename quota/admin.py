@@ -58,6 +58,18 @@ def _models(value: object) -> list[str] | None:
     return list(value)
 
 
+def _priority_class(value: object) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value or len(value) > 64):
+        raise InvalidRequest("priority_class must be a class name (a string) or null")
+    return value
+
+
+def _record_id(value: object, name: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > 100:
+        raise InvalidRequest(f"{name} must be an id (a string)")
+    return value
+
+
 def _expiry(value: object) -> datetime | None:
     if value is None:
         return None
@@ -142,18 +154,16 @@ class QuotaAdmin:
                          expires_at: datetime | str | None = None) -> CreatedKey:
         """Creates a key under an account or a sub-account; the secret is returned here and never again."""
         if sub_account_id is not None:
-            sub = await self.get_sub_account(sub_account_id)
+            sub = await self.get_sub_account(_record_id(sub_account_id, "sub_account_id"))
             if account_id is not None and account_id != sub.account_id:
                 raise InvalidRequest("sub_account_id does not belong to account_id")
             account_id = sub.account_id
         elif account_id is None:
             raise InvalidRequest("account_id or sub_account_id is required")
         else:
-            await self.get_account(account_id)
-        if priority_class is not None and not isinstance(priority_class, str):
-            raise InvalidRequest("priority_class must be a string or null")
+            await self.get_account(_record_id(account_id, "account_id"))
         key = ApiKey(new_id("key"), account_id, sub_account_id, _name(name), _models(models), _quota(quota),
-                     priority_class, _expiry(expires_at))
+                     _priority_class(priority_class), _expiry(expires_at))
         secret = SECRET_PREFIX + secrets.token_urlsafe(32)
         await self._catalog.put_key(key, hash_secret(secret))
         return CreatedKey(key, secret)
@@ -181,7 +191,7 @@ class QuotaAdmin:
         if quota is not UNSET:
             changes["quota"] = _quota(quota)
         if priority_class is not UNSET:
-            changes["priority_class"] = priority_class
+            changes["priority_class"] = _priority_class(priority_class)
         if expires_at is not UNSET:
             changes["expires_at"] = _expiry(expires_at)
         key = replace(key, **changes)

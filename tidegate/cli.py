@@ -21,6 +21,7 @@ TIERS = {
     "backend": ("backend.server", "the backend server"),
     "gateway": ("gateway.server", "the gateway"),
     "admin": ("gateway.admin_cli", "the admin client"),
+    "admin-key": ("tidegate.secret_files", "the admin key file"),
     "bench": ("bench.cli", "the load generator"),
 }
 
@@ -37,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--model", default="smollm2", help="model for the replicas (default smollm2)")
     up.add_argument("--backend-port", type=int, default=9001, help="first replica's port")
     up.add_argument("--data-dir", type=Path, help="where the embedded store keeps its SQLite file")
+    up.add_argument("--show-keys", action=argparse.BooleanOptionalAction, default=None,
+                    help="print the admin and API keys (default: only when they are created; --no-show-keys "
+                         "never prints them, only the files that hold them)")
 
     be = sub.add_parser("backend", help="serve one inference replica over the OpenAI API")
     be.add_argument("--config", type=Path, help="YAML file of backend settings")
@@ -66,12 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
     gw.add_argument("--port", type=int)
     gw.add_argument("--redis", dest="redis_url", metavar="URL")
     gw.add_argument("--workers", type=int)
-    gw.add_argument("--admin-key")
+    gw.add_argument("--admin-key", help="the admin key (shown in process listings: prefer --admin-key-file)")
+    gw.add_argument("--admin-key-file", type=Path, help="a file holding the admin key")
     gw.add_argument("--data-dir", type=Path)
     gw.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
 
     admin = sub.add_parser("admin", help="accounts, sub-accounts, keys, quotas and usage over the admin API")
     _delegate_arguments(admin, "admin")
+
+    admin_key = sub.add_parser("admin-key", help="create the gateway's admin key in a file (0600), once")
+    _delegate_arguments(admin_key, "admin-key")
 
     bench = sub.add_parser("bench", help="load generator and capacity planner")
     _delegate_arguments(bench, "bench")
@@ -105,7 +113,7 @@ BACKEND_FLAGS = ("model", "served_model_name", "host", "port", "device", "dtype"
                  "max_num_batched_tokens", "max_model_len", "block_size", "kv_cache_memory", "max_waiting",
                  "queue_timeout", "threads", "max_waiting_tokens", "max_body_bytes", "enable_prefix_caching",
                  "log_level")
-GATEWAY_FLAGS = ("host", "port", "redis_url", "workers", "admin_key", "data_dir", "log_level")
+GATEWAY_FLAGS = ("host", "port", "redis_url", "workers", "admin_key", "admin_key_file", "data_dir", "log_level")
 
 
 def _run_tier(command: str) -> Callable[[argparse.Namespace], int]:

@@ -2,7 +2,8 @@
 
 Backend replicas and the gateway run as child processes of this one. A replica that crashes is restarted with
 exponential backoff; Ctrl-C (or SIGTERM) stops everything cleanly. The admin key and a bootstrap API key are
-kept in the data dir, so a restart prints the same credentials and loses no accounts, keys or usage.
+kept in the data dir (mode 0600), so a restart keeps the same credentials and loses no accounts, keys or usage.
+A key is printed only when it is created (or with --show-keys): logs of later starts name its file instead.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -23,6 +23,7 @@ import yaml
 
 from config import Settings
 from tidegate.processes import stop_process
+from tidegate.secret_files import new_admin_key, secret_file, write_secret
 
 BACKOFF_MAX = 30.0
 STABLE_AFTER = 60.0  # a child that has lived this long gets its backoff reset
@@ -59,14 +60,6 @@ def _tidegate(*args: str) -> list[str]:
     return [sys.executable, "-m", "tidegate", *args]
 
 
-def _secret_file(path: Path, make: str) -> str:
-    if path.exists():
-        return path.read_text().strip()
-    path.write_text(make + "\n")
-    path.chmod(0o600)
-    return make
-
-
 def _wait_healthy(children: list[Child], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     pending = list(children)
@@ -85,12 +78,13 @@ def _wait_healthy(children: list[Child], timeout: float) -> None:
         time.sleep(0.2)
 
 
-def bootstrap_api_key(base_url: str, admin_key: str, key_file: Path) -> str:
-    """Reuse the stored bootstrap key while it still works; otherwise create account `local` and a key."""
+def bootstrap_api_key(base_url: str, admin_key: str, key_file: Path) -> tuple[str, bool]:
+    """Reuse the stored bootstrap key while it still works; otherwise create account `local` and a key.
+    Returns the key and whether it was created now."""
     if key_file.exists():
         secret = key_file.read_text().strip()
         if httpx.get(f"{base_url}/v1/models", headers={"Authorization": f"Bearer {secret}"}).status_code == 200:
-            return secret
+            return secret, False
     admin = {"Authorization": f"Bearer {admin_key}"}
     accounts = httpx.get(f"{base_url}/admin/accounts", headers=admin, timeout=10).json()
     rows = accounts.get("data", accounts) if isinstance(accounts, dict) else accounts
@@ -101,12 +95,12 @@ def bootstrap_api_key(base_url: str, admin_key: str, key_file: Path) -> str:
                          json={"account_id": account["id"], "name": "tidegate-up"})
     created.raise_for_status()
     secret = str(created.json()["key"])
-    key_file.write_text(secret + "\n")
-    key_file.chmod(0o600)
-    return secret
+    write_secret(key_file, secret)
+    return secret, True
 
 
-def build_children(args: argparse.Namespace, settings: Settings, data_dir: Path) -> tuple[list[Child], Child, str]:
+def build_children(args: argparse.Namespace, settings: Settings,
+                   data_dir: Path) -> tuple[list[Child], Child, str, bool]:
     logs = data_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     backends = []
@@ -120,10 +114,10 @@ def build_children(args: argparse.Namespace, settings: Settings, data_dir: Path)
             argv += ["--served-model-name", "smollm2"]
         backends.append(Child(f"backend-{i + 1}", argv, f"http://127.0.0.1:{port}/health",
                               logs / f"backend-{i + 1}.log"))
-    admin_key = _secret_file(data_dir / "admin_key", "tg-admin-" + secrets.token_urlsafe(24))
+    admin_key, created = secret_file(data_dir / "admin_key", new_admin_key())
     served = "smollm2" if args.model == "smollm2" else Path(args.model).stem
     config = {
-        "admin_key": admin_key,
+        "admin_key_file": str(data_dir / "admin_key"),  # the key itself stays out of config files
         "data_dir": str(data_dir),
         "channels": [
             {"name": b.name, "base_url": b.health_url.removesuffix("/health") + "/v1", "models": [served]}
@@ -137,21 +131,39 @@ def build_children(args: argparse.Namespace, settings: Settings, data_dir: Path)
     if args.redis:
         gw_argv += ["--redis", args.redis]
     gateway = Child("gateway", gw_argv, f"http://{args.host}:{args.port}/health", logs / "gateway.log")
-    return backends, gateway, admin_key
+    return backends, gateway, admin_key, created
 
 
-def print_banner(url: str, admin_key: str, api_key: str, model: str) -> None:
+@dataclass(slots=True)
+class ShownKey:
+    """A credential as the banner shows it: the secret itself, or only the file that holds it."""
+
+    secret: str
+    path: Path
+    show: bool
+
+    def line(self) -> str:
+        return self.secret if self.show else f"in {self.path} (--show-keys prints it)"
+
+    def shell(self) -> str:
+        return self.secret if self.show else f"$(cat {self.path})"
+
+    def python(self) -> str:
+        return f'"{self.secret}"' if self.show else f'open("{self.path}").read().strip()'
+
+
+def print_banner(url: str, admin_key: ShownKey, api_key: ShownKey, model: str) -> None:
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Say hello"}]})
     print(f"""
 tidegate is up at {url}
-  admin key: {admin_key}
-  API key:   {api_key}
+  admin key: {admin_key.line()}
+  API key:   {api_key.line()}
 
-  curl {url}/v1/chat/completions -H 'Authorization: Bearer {api_key}' \\
+  curl {url}/v1/chat/completions -H "Authorization: Bearer {api_key.shell()}" \\
        -H 'Content-Type: application/json' -d '{body}'
 
   from openai import OpenAI
-  client = OpenAI(base_url="{url}/v1", api_key="{api_key}")
+  client = OpenAI(base_url="{url}/v1", api_key={api_key.python()})
   print(client.chat.completions.create(model="{model}", messages=[{{"role": "user", "content": "Say hello"}}]))
 
 Ctrl-C stops everything.""", flush=True)
@@ -181,7 +193,7 @@ def main(args: argparse.Namespace) -> int:
     settings: Settings = args.settings
     data_dir = (args.data_dir or settings.gateway.data_dir).expanduser()
     data_dir.mkdir(parents=True, exist_ok=True)
-    backends, gateway, admin_key = build_children(args, settings, data_dir)
+    backends, gateway, admin_key, admin_key_created = build_children(args, settings, data_dir)
     everyone = [*backends, gateway]
     stop = [False]
 
@@ -198,9 +210,12 @@ def main(args: argparse.Namespace) -> int:
         gateway.start()
         _wait_healthy([gateway], timeout=60)
         url = f"http://{args.host}:{args.port}"
-        api_key = bootstrap_api_key(url, admin_key, data_dir / "api_key")
+        api_key, api_key_created = bootstrap_api_key(url, admin_key, data_dir / "api_key")
         served = "smollm2" if args.model == "smollm2" else Path(args.model).stem
-        print_banner(url, admin_key, api_key, served)
+        # --show-keys: always; --no-show-keys: never (a container log); neither: only the run that created them
+        show = args.show_keys
+        print_banner(url, ShownKey(admin_key, data_dir / "admin_key", admin_key_created if show is None else show),
+                     ShownKey(api_key, data_dir / "api_key", api_key_created if show is None else show), served)
         supervise(everyone, stop)
         return 0
     except RuntimeError as exc:

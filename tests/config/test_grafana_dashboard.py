@@ -27,7 +27,7 @@ def series_names(exposition: str) -> set[str]:
 
 
 def gateway_series(tmp_path: Path) -> set[str]:
-    settings = GatewaySettings(data_dir=tmp_path, admin_key="dashboard-admin-key", channels=[
+    settings = GatewaySettings(data_dir=tmp_path, admin_key="dashboard-admin-5e2a9d7c1b8f4036a2e9c7d1", channels=[
         {"name": "local-1", "base_url": "http://127.0.0.1:9/v1", "models": ["smollm2"]}])
     with TestClient(create_app(settings)) as client:
         return series_names(client.get("/metrics").text)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from tests.backend.backend_process import BackendProcess
 from tests.gateway.harness import GatewayHarness, settings_for
 from tests.gateway.upstreams import Fault, MockUpstream
 
@@ -49,3 +50,20 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
     """The HTTP client the upstream client sends with, closed after the test."""
     async with aiohttp.ClientSession() as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def backend_url(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real `tidegate backend` replica serving the model, shared by the tests of one module."""
+    backend = BackendProcess(model_path, tmp_path_factory.mktemp("backend") / "backend.log")
+    try:
+        yield backend.start().base_url
+    finally:
+        backend.stop()
+
+
+@pytest.fixture
+async def backend_gateway(backend_url: str,
+                          gateway_for: Callable[..., Awaitable[GatewayHarness]]) -> GatewayHarness:
+    """A gateway whose one channel is the real backend, serving the model under its own name."""
+    return await gateway_for([], channels=[{"name": "backend", "base_url": backend_url, "models": ["smollm2"]}])

@@ -14,7 +14,7 @@ from config import GatewaySettings
 from gateway import create_app
 from tests.servers import free_port
 
-ADMIN_KEY = "admin-secret-for-tests"
+ADMIN_KEY = "gateway-tests-admin-7f3c9a1e5b2d8046c1e9f0a3"  # 32+ characters, as the gateway requires
 
 
 @dataclass

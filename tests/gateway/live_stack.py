@@ -16,7 +16,7 @@ import yaml
 from tests.backend.backend_process import BackendProcess
 from tests.servers import ChildProcess, free_port, tidegate_argv
 
-ADMIN_KEY = "live-stack-admin-key"
+ADMIN_KEY = "live-stack-admin-4d8e2b7a9c1f3e5a6b0d7c2e"  # 32+ characters, as the gateway requires
 
 
 @dataclass(slots=True)

@@ -2,18 +2,50 @@
 
 from __future__ import annotations
 
-from gateway.admission import estimate_prompt_tokens, max_output_tokens, rate_headers, refusal
+from typing import Any
+
+from gateway.admission import (
+    estimate_completion_tokens,
+    estimate_prompt_tokens,
+    max_output_tokens,
+    rate_headers,
+    refusal,
+)
 from quota import Admission, Level, LimitName, RateInfo
 
 
+def _estimate(body: dict[str, Any]) -> int:
+    return estimate_prompt_tokens(body, image_tokens=765)
+
+
 def test_the_estimate_counts_bytes_of_text_in_every_prompt_shape() -> None:
-    assert estimate_prompt_tokens({"prompt": "x" * 400}) == 100
-    assert estimate_prompt_tokens({"prompt": ["x" * 200, "y" * 200]}) == 100
+    assert _estimate({"prompt": "x" * 400}) == 100
+    assert _estimate({"prompt": ["x" * 200, "y" * 200]}) == 100
     chat = {"messages": [{"role": "user", "content": "x" * 384},
                          {"role": "user", "content": [{"type": "text", "text": "y" * 384}]}]}
-    assert estimate_prompt_tokens(chat) == (384 * 2 + 32) // 4
-    assert estimate_prompt_tokens({"prompt": "é" * 100}) == 50  # UTF-8 bytes, not characters
-    assert estimate_prompt_tokens({"messages": [None, 5]}) >= 1  # junk the upstream will reject still counts
+    assert _estimate(chat) == (384 * 2 + 32) // 4
+    assert _estimate({"prompt": "é" * 100}) == 50  # UTF-8 bytes, not characters
+    assert _estimate({"messages": [None, 5]}) >= 1  # junk the upstream will reject still counts
+
+
+def test_the_estimate_counts_tools_response_formats_tool_calls_and_images() -> None:
+    plain = {"messages": [{"role": "user", "content": "hi"}]}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+                                                                          "description": "d" * 4000}}}]
+    assert _estimate({**plain, "tools": tools}) >= _estimate(plain) + 1000
+    schema = {"type": "json_schema", "json_schema": {"name": "s", "schema": {"description": "x" * 4000}}}
+    assert _estimate({**plain, "response_format": schema}) >= _estimate(plain) + 1000
+    call = {"role": "assistant", "tool_calls": [{"id": "1", "function": {"name": "f", "arguments": "a" * 4000}}]}
+    assert _estimate({"messages": [*plain["messages"], call]}) >= _estimate(plain) + 1000
+    picture = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 100_000}}
+    with_images = {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, picture, picture]}]}
+    assert _estimate(with_images) == _estimate(plain) + 2 * 765  # by the per-image cost, not the base64 size
+
+
+def test_an_answer_without_usage_is_estimated_at_one_token_or_more() -> None:
+    assert estimate_completion_tokens({"choices": [{"message": {"content": "x" * 400}}]}) >= 100
+    assert estimate_completion_tokens({"choices": [{"text": ""}]}) == 1
+    assert estimate_completion_tokens({}) == 1
 
 
 def test_max_completion_tokens_wins_over_max_tokens_then_the_default() -> None:

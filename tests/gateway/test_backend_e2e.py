@@ -3,56 +3,38 @@
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.backend.backend_process import BackendProcess
-from tests.gateway.harness import GatewayHarness, settings_for
+from tests.gateway.harness import GatewayHarness
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("backend.server") is None,
                                 reason="backend/server.py has not landed")
-StartGateway = Callable[..., Awaitable[GatewayHarness]]
-
-
-@pytest.fixture(scope="module")
-def backend_url(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    backend = BackendProcess(model_path, tmp_path_factory.mktemp("backend") / "backend.log")
-    try:
-        yield backend.start().base_url
-    finally:
-        backend.stop()
 
 
 async def test_chat_and_completions_through_the_gateway_settle_the_backends_usage(
-        backend_url: str, tmp_path: Path) -> None:
-    settings = settings_for(tmp_path, [backend_url])
-    settings.channels[0].models = {"smollm2": "smollm2"}
-    gateway = await GatewayHarness(settings).start()
-    try:
-        key_id, secret = await gateway.key()
-        client = gateway.client(secret, timeout=120)
-        messages = [{"role": "user", "content": "Name a colour."}]
-        chat = await client.chat.completions.create(model="smollm2", messages=messages, max_tokens=6,  # type: ignore[arg-type]
-                                                    temperature=0)
-        assert chat.usage is not None and chat.usage.completion_tokens == 6 and chat.choices[0].message.content
-        text = await client.completions.create(model="smollm2", prompt="The sky is", max_tokens=4, temperature=0)
-        assert text.usage is not None and text.choices[0].text
-        stream = await client.chat.completions.create(model="smollm2", messages=messages, max_tokens=5,  # type: ignore[arg-type]
-                                                      temperature=0, stream=True,
-                                                      stream_options={"include_usage": True})
-        chunks = [chunk async for chunk in stream]
-        streamed_usage = chunks[-1].usage
-        assert streamed_usage is not None and streamed_usage.completion_tokens == 5
-        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-        plain = await client.completions.create(model="smollm2", prompt="One, two,", max_tokens=3, stream=True,
+        backend_gateway: GatewayHarness) -> None:
+    gateway = backend_gateway
+    key_id, secret = await gateway.key()
+    client = gateway.client(secret, timeout=120)
+    messages = [{"role": "user", "content": "Name a colour."}]
+    chat = await client.chat.completions.create(model="smollm2", messages=messages, max_tokens=6,  # type: ignore[arg-type]
                                                 temperature=0)
-        assert [c async for c in plain if c.usage is not None] == []  # not asked for: stripped
+    assert chat.usage is not None and chat.usage.completion_tokens == 6 and chat.choices[0].message.content
+    text = await client.completions.create(model="smollm2", prompt="The sky is", max_tokens=4, temperature=0)
+    assert text.usage is not None and text.choices[0].text
+    stream = await client.chat.completions.create(model="smollm2", messages=messages, max_tokens=5,  # type: ignore[arg-type]
+                                                  temperature=0, stream=True,
+                                                  stream_options={"include_usage": True})
+    chunks = [chunk async for chunk in stream]
+    streamed_usage = chunks[-1].usage
+    assert streamed_usage is not None and streamed_usage.completion_tokens == 5
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    plain = await client.completions.create(model="smollm2", prompt="One, two,", max_tokens=3, stream=True,
+                                            temperature=0)
+    assert [c async for c in plain if c.usage is not None] == []  # not asked for: stripped
 
-        usage = await gateway.usage(key_id=key_id)
-        assert usage["requests"] == 4
-        assert usage["completion_tokens"] == 6 + text.usage.completion_tokens + 5 + 3
-        assert usage["prompt_tokens"] >= chat.usage.prompt_tokens + text.usage.prompt_tokens
-    finally:
-        await gateway.stop()
+    usage = await gateway.usage(key_id=key_id)
+    assert usage["requests"] == 4
+    assert usage["completion_tokens"] == 6 + text.usage.completion_tokens + 5 + 3
+    assert usage["prompt_tokens"] >= chat.usage.prompt_tokens + text.usage.prompt_tokens

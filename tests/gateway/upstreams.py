@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import time
+import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -18,6 +20,9 @@ from starlette.routing import Route
 
 from tests.servers import free_port
 
+# what an upstream must never pass to clients: its own API key and an internal URL
+LEAKED = "key sk-live-9f8e7d6c5b4a39281706 at http://10.0.3.7:8000/internal/v1"
+
 
 class Fault(StrEnum):
     none = "none"
@@ -27,6 +32,10 @@ class Fault(StrEnum):
     hang = "hang"  # accepts the request, never answers
     cut = "cut"  # streams half the chunks, then drops the connection
     bad_request = "bad_request"  # a 400 of the upstream's own
+    gzip = "gzip"  # compresses every answer, whatever the request's Accept-Encoding says
+    no_usage = "no_usage"  # answers without `usage`
+    html_400 = "html_400"  # a 400 from a proxy in front of the model: HTML with an API key and an internal URL
+    leaky_400 = "leaky_400"  # an OpenAI-shaped 400 whose message carries an API key and an internal URL
 
 
 @dataclass
@@ -85,6 +94,13 @@ class MockUpstream:
         if self.fault is Fault.bad_request:
             error = {"message": "no", "type": "invalid_request_error", "param": None, "code": "upstream_says_no"}
             return JSONResponse({"error": error}, status_code=400)
+        if self.fault is Fault.html_400:
+            return Response(f"<html><body><h1>400 Bad Request</h1>{LEAKED}</body></html>", status_code=400,
+                            media_type="text/html")
+        if self.fault is Fault.leaky_400:
+            error = {"message": f"rejected: {LEAKED}", "type": "invalid_request_error", "param": "messages",
+                     "code": "context_length_exceeded"}
+            return JSONResponse({"error": error}, status_code=400)
         if self.fault is Fault.overloaded:
             return JSONResponse({"error": {"message": "queue full", "type": "service_unavailable"}},
                                 status_code=503, headers={"retry-after": "0.2"})
@@ -95,8 +111,12 @@ class MockUpstream:
         prompt_tokens = len(json.dumps(body.get("messages") or body.get("prompt"))) // 4
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return StreamingResponse(self._chunks(body["model"], chat, n, prompt_tokens, include_usage),
-                                     media_type="text/event-stream")
+            include_usage = include_usage and self.fault is not Fault.no_usage
+            chunks = self._chunks(body["model"], chat, n, prompt_tokens, include_usage)
+            if self.fault is Fault.gzip:
+                return StreamingResponse(_gzipped(chunks), media_type="text/event-stream",
+                                         headers={"content-encoding": "gzip"})
+            return StreamingResponse(chunks, media_type="text/event-stream")
         await asyncio.sleep(self.chunk_delay * n)  # as long as streaming the same tokens would take
         self.completed += 1
         text = "".join(f"t{i} " for i in range(n))
@@ -104,11 +124,17 @@ class MockUpstream:
             {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
             if chat else {"index": 0, "text": text, "finish_reason": "length"}
         )
-        return JSONResponse({
+        answer: dict[str, Any] = {
             "id": "cmpl-1", "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
             "model": body["model"], "choices": [choice],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n},
-        })
+        }
+        if self.fault is Fault.no_usage:
+            del answer["usage"]
+        if self.fault is Fault.gzip:
+            return Response(gzip.compress(json.dumps(answer).encode()), media_type="application/json",
+                            headers={"content-encoding": "gzip"})
+        return JSONResponse(answer)
 
     async def _chunks(self, model: str, chat: bool, n: int, prompt_tokens: int,
                       include_usage: bool) -> AsyncIterator[bytes]:
@@ -137,6 +163,14 @@ class MockUpstream:
                                     "total_tokens": prompt_tokens + n}})
         self.completed += 1
         yield b"data: [DONE]\n\n"
+
+
+async def _gzipped(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A gzip stream flushed after every event, as a compressing proxy sends SSE."""
+    packer = zlib.compressobj(wbits=31)
+    async for chunk in chunks:
+        yield packer.compress(chunk) + packer.flush(zlib.Z_SYNC_FLUSH)
+    yield packer.flush()
 
 
 def _event(obj: dict[str, Any]) -> bytes:

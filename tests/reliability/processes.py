@@ -11,7 +11,7 @@ import yaml
 
 from tests.servers import ChildProcess, backend_argv, free_port, tidegate_argv
 
-ADMIN_KEY = "reliability-admin-key"
+ADMIN_KEY = "reliability-admin-1a6f4c8e2d9b7305e4c1a8f6"  # 32+ characters, as the gateway requires
 
 Process = ChildProcess  # the name these tests know it by
 

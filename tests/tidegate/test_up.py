@@ -108,11 +108,13 @@ def test_up_serves_restarts_a_crashed_replica_and_stops_cleanly(tmp_path: Path, 
     assert code == 0
     assert not _alive(new_pid) and not _alive(gateway_pid)
 
-    # a second start keeps the store: the same keys, and the usage of the first run
+    # a second start keeps the store: the same keys, only named by their files now, and the first run's usage
     again = UpProcess(tmp_path / "data", port, backend_port)
     try:
-        assert again.wait_for(r"API key:\s+(tg-\S+)").group(1) == api_key
-        assert again.wait_for(r"admin key:\s+(\S+)").group(1) == admin_key
+        api_key_file = Path(again.wait_for(r"API key:\s+in (\S+)").group(1))
+        admin_key_file = Path(again.wait_for(r"admin key:\s+in (\S+)").group(1))
+        assert api_key_file.read_text().strip() == api_key and admin_key_file.read_text().strip() == admin_key
+        assert not any(api_key in line or admin_key in line for line in again.lines)
         usage = httpx.get(f"http://127.0.0.1:{port}/admin/usage", headers={"authorization": f"Bearer {admin_key}"})
         assert usage.status_code == 200 and usage.json()["requests"] >= 2
     finally:
