@@ -1,7 +1,16 @@
 """Settings for every tier, from defaults, an optional YAML file, `TIDEGATE_*` variables and flags."""
 
 from config.backend import BackendSettings
-from config.gateway import Breaker, Channel, GatewaySettings, PriorityClass, Retries, Timeouts, Tracing
+from config.gateway import (
+    Breaker,
+    Channel,
+    GatewaySettings,
+    PriorityClass,
+    Retries,
+    ServerLimits,
+    Timeouts,
+    Tracing,
+)
 from config.settings import Settings, SettingsError, load_settings
 from config.stores import OnRedisDown, RedisDownPolicy, StoreSettings
 
@@ -14,6 +23,7 @@ __all__ = [
     "PriorityClass",
     "RedisDownPolicy",
     "Retries",
+    "ServerLimits",
     "Settings",
     "SettingsError",
     "StoreSettings",

@@ -17,6 +17,7 @@ from starlette.routing import BaseRoute, Route
 
 from config import GatewaySettings
 from gateway.admin_api import AdminApi
+from gateway.auth import check_token
 from gateway.breaker_sync import BreakerSync
 from gateway.channels import ChannelState, HealthChecker
 from gateway.console import console_routes
@@ -29,6 +30,7 @@ from gateway.tracing import setup_tracing
 from gateway.upstream import UpstreamClient
 from quota import QuotaService, open_store
 from tidegate import openapi
+from tidegate.connection_guard import ConnectionLimits
 
 SETTINGS_ENV = "TIDEGATE_GATEWAY_SETTINGS_JSON"
 OPENAPI = openapi.document("tidegate gateway", gateway=True)
@@ -47,7 +49,7 @@ class Gateway:
         channels = [ChannelState(c, settings.channel_timeouts(c), settings.breaker) for c in settings.channels]
         self.router = Router(channels)
         self.pools = PriorityPools(settings.priority_classes, settings.default_priority_class)
-        self.metrics = GatewayMetrics(self.router, self.pools, quota)
+        self.metrics = GatewayMetrics(self.router, self.pools, quota, settings.metrics_per_account)
         upstream = UpstreamClient(self.router, settings.retries, self.session)
         self.tracing = setup_tracing(settings.tracing)
         self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics, self.tracing)
@@ -79,6 +81,11 @@ class Gateway:
                              "healthy_channels": healthy, "priority": self.pools.status()})
 
     async def metrics_route(self, request: Request) -> Response:
+        if self.settings.metrics_token is not None:
+            try:
+                check_token(request, self.settings.metrics_token, "metrics token")
+            except ApiError as error:
+                return error.response()
         return Response(self.metrics.render(), media_type="text/plain; version=0.0.4")
 
     async def openapi_route(self, request: Request) -> Response:
@@ -100,6 +107,10 @@ class Gateway:
 def create_app(settings: GatewaySettings) -> Starlette:
     """The app; the store opens and the health checks start when the server starts it (lifespan)."""
     app = Starlette(exception_handlers={Exception: _internal_error})
+    limits = settings.server
+    # read by the server's HTTP protocol (tidegate.connection_guard) for every connection it accepts
+    app.state.connection_limits = ConnectionLimits(limits.header_timeout, limits.max_header_bytes,
+                                                   limits.max_connections)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:

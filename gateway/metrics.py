@@ -45,9 +45,12 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 
 
 class GatewayMetrics:
-    """Label sets stay bounded: routes, statuses, channels, models, classes and tenants, never a request."""
+    """Label sets stay bounded: routes, statuses, channels, configured models (`other` for any other name),
+    classes and tenants (unless switched off), never a value the client chose."""
 
-    def __init__(self, router: Router, pools: PriorityPools, quota: QuotaService):
+    def __init__(self, router: Router, pools: PriorityPools, quota: QuotaService, per_account: bool = True):
+        self._router = router
+        self._per_account = per_account
         self.registry = reg = CollectorRegistry()
         self.requests = Counter("tidegate_requests", "Requests by route, model, channel, status and outcome",
                                 ["path", "model", "channel", "status", "outcome"], registry=reg)
@@ -70,13 +73,21 @@ class GatewayMetrics:
 
     def observe(self, path: str, model: str | None, channel: str | None, status: int, outcome: str,
                 seconds: float) -> None:
-        self.requests.labels(path, model or "", channel or "", str(status), outcome).inc()
+        self.requests.labels(path, self.model_label(model), channel or "", str(status), outcome).inc()
         self.duration.labels(path).observe(seconds)
+
+    def model_label(self, model: str | None) -> str:
+        """A model the gateway serves by its name, any other by `other`: clients cannot mint series."""
+        if not model:
+            return ""
+        return model if self._router.serves(model) else "other"
 
     def refused(self, level: str | None, limit: str | None) -> None:
         self.refusals.labels(level or "store", limit or "unavailable").inc()
 
     def settled(self, account: str, sub_account: str | None, prompt_tokens: int, completion_tokens: int) -> None:
+        if not self._per_account:
+            account, sub_account = "all", None
         if prompt_tokens:
             self.tokens.labels(account, sub_account or "", "prompt").inc(prompt_tokens)
         if completion_tokens:
