@@ -6,11 +6,13 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator
+from http import HTTPStatus
 
 import aiohttp
 import httpx
 import redis.asyncio as redis
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -106,7 +108,7 @@ class Gateway:
 
 def create_app(settings: GatewaySettings) -> Starlette:
     """The app; the store opens and the health checks start when the server starts it (lifespan)."""
-    app = Starlette(exception_handlers={Exception: _internal_error})
+    app = Starlette(exception_handlers={Exception: _internal_error, HTTPException: _routing_error})
     limits = settings.server
     # read by the server's HTTP protocol (tidegate.connection_guard) for every connection it accepts
     app.state.connection_limits = ConnectionLimits(limits.header_timeout, limits.max_header_bytes,
@@ -131,6 +133,15 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     # a bug still answers in the OpenAI shape, so SDKs raise their error class instead of failing to parse
     logging.getLogger("tidegate.gateway").exception("unhandled error on %s", request.url.path, exc_info=exc)
     return ApiError(500, "internal gateway error", "server_error", "internal_error").response()
+
+
+async def _routing_error(request: Request, exc: Exception) -> Response:
+    # unknown paths and methods answer in the OpenAI shape too, without echoing the path
+    status = exc.status_code if isinstance(exc, HTTPException) else 404
+    headers = dict(exc.headers or {}) if isinstance(exc, HTTPException) else {}
+    phrase = HTTPStatus(status).phrase
+    return ApiError(status, f"{phrase}: see /openapi.json for the routes and their methods",
+                    "invalid_request_error", phrase.lower().replace(" ", "_"), None, headers).response()
 
 
 def create_app_from_env() -> Starlette:
