@@ -14,7 +14,7 @@ import httpx
 
 from tests.gateway.harness import GatewayHarness
 from tests.gateway.raw_http import close_quietly, closed_by_server, connect, read_answer, request_head
-from tests.gateway.upstreams import MockUpstream
+from tests.gateway.upstreams import Fault, MockUpstream
 from tests.reliability.processes import metric_value
 
 Start = Callable[..., Awaitable[MockUpstream]]
@@ -186,3 +186,31 @@ async def test_metrics_token_and_per_account_series_can_be_required_and_switched
         text = (await client.get("/metrics", headers={"authorization": f"Bearer {token}"})).text
     assert metric_value(text, "tidegate_tokens_total", account="all", kind="completion") == 3
     assert account not in text
+
+
+async def test_at_the_connection_cap_with_every_connection_busy_a_new_one_gets_a_503(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    upstream = await upstreams(Fault.hang)
+    gateway = await gateway_for([upstream], server={"max_connections": 4},
+                                timeouts={"first_token": 5, "idle": 5, "total": 5})
+    _, secret = await gateway.key()
+    body = json.dumps({"model": "smollm2", "prompt": "hi", "max_tokens": 2}).encode()
+    request = request_head("POST", "/v1/completions", {"authorization": f"Bearer {secret}"}, body) + body
+    busy = []
+    try:
+        for n in range(1, 5):  # four requests in progress; the idle admin connection made room for the last
+            reader, writer = await connect(gateway.port)
+            writer.write(request)
+            busy.append(writer)
+            deadline = time.monotonic() + 10
+            while upstream.attempts < n:
+                assert time.monotonic() < deadline, "the request never reached the upstream"
+                await asyncio.sleep(0.02)
+        reader, writer = await connect(gateway.port)
+        answer = await asyncio.wait_for(read_answer(reader), 10)
+        close_quietly(writer)
+    finally:
+        for writer in busy:
+            close_quietly(writer)
+    assert answer.status == 503 and answer.json()["error"]["code"] == "too_many_connections"
+    assert answer.headers["retry-after"] == "1"
