@@ -89,9 +89,15 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         pipelined = bool(self.pipeline)
+        unread_body = self.cycle is not None and self.cycle.more_body
         super().on_response_complete()
-        if not pipelined and not self.transport.is_closing():
-            self._idle(self.loop.time())
+        if pipelined or self.transport.is_closing():
+            return
+        if unread_body:  # answered before the body ended (a 401): the rest may only trickle in until the deadline
+            self._cancel_timer()
+            self._timer = self.loop.call_later(self._limits.header_timeout, self.transport.close)
+            return
+        self._idle(self.loop.time())
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to what httptools cannot parse, in the OpenAI error shape."""

@@ -214,3 +214,27 @@ async def test_at_the_connection_cap_with_every_connection_busy_a_new_one_gets_a
             close_quietly(writer)
     assert answer.status == 503 and answer.json()["error"]["code"] == "too_many_connections"
     assert answer.headers["retry-after"] == "1"
+
+
+async def test_a_body_trickling_after_its_answer_is_cut_at_the_header_timeout(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    gateway = await gateway_for([await upstreams()], server={"header_timeout": 1.0})
+    reader, writer = await connect(gateway.port)
+    writer.write(request_head("POST", "/v1/completions", {"authorization": "Bearer tg-wrong",
+                                                          "content-length": "1000000"}))
+    answer = await asyncio.wait_for(read_answer(reader), 10)
+    assert answer.status == 401
+    started = time.monotonic()
+
+    async def trickle() -> None:
+        while True:
+            writer.write(b"a")
+            await asyncio.sleep(0.1)
+
+    sender = asyncio.create_task(trickle())
+    try:
+        assert await asyncio.wait_for(closed_by_server(reader), 10)
+    finally:
+        sender.cancel()
+        close_quietly(writer)
+    assert time.monotonic() - started < 3.0
