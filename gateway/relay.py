@@ -28,6 +28,11 @@ class Outcome(StrEnum):
     client_stalled = "client_stalled"  # the client stopped reading until the total deadline passed
 
 
+# what an outcome tells the channel's breaker; the client's own doing (leaving, not reading) says nothing
+CHANNEL_VERDICT: dict[Outcome, bool | None] = {Outcome.ok: True, Outcome.disconnected: None,
+                                               Outcome.client_stalled: None}
+
+
 @dataclass(slots=True)
 class Usage:
     prompt_tokens: int = 0
@@ -140,6 +145,4 @@ class StreamRelay:
             self.outcome = Outcome.disconnected
         elif end is StreamEnd.write_timeout:
             self.outcome = Outcome.client_stalled
-        # the client's doing says nothing about the channel's health
-        verdict = {Outcome.ok: True, Outcome.disconnected: None, Outcome.client_stalled: None}.get(self.outcome, False)
-        await self.answer.finish(verdict)
+        await self.answer.finish(CHANNEL_VERDICT.get(self.outcome, False))

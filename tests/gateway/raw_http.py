@@ -20,7 +20,8 @@ class RawAnswer:
         return json.loads(self.body)
 
 
-async def connect(port: int, receive_buffer: int | None = None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def connect(port: int, receive_buffer: int | None = None
+                  ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """A connection to the loopback port; `receive_buffer` shrinks the kernel's buffer for a client that stalls."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     if receive_buffer is not None:
