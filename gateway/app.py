@@ -32,7 +32,7 @@ from gateway.tracing import setup_tracing
 from gateway.upstream import UpstreamClient
 from quota import QuotaService, open_store
 from tidegate import openapi
-from tidegate.connection_guard import ConnectionLimits
+from tidegate.connection_guard import ConnectionGuard, ConnectionLimits
 
 SETTINGS_ENV = "TIDEGATE_GATEWAY_SETTINGS_JSON"
 OPENAPI = openapi.document("tidegate gateway", gateway=True)
@@ -41,7 +41,7 @@ OPENAPI = openapi.document("tidegate gateway", gateway=True)
 class Gateway:
     """Everything one worker process holds: the store, channels, pools and the upstream connection pool."""
 
-    def __init__(self, settings: GatewaySettings, quota: QuotaService):
+    def __init__(self, settings: GatewaySettings, quota: QuotaService, connections: ConnectionGuard):
         self.settings = settings
         self.quota = quota
         self.http = httpx.AsyncClient()  # health checks only
@@ -51,7 +51,7 @@ class Gateway:
         channels = [ChannelState(c, settings.channel_timeouts(c), settings.breaker) for c in settings.channels]
         self.router = Router(channels)
         self.pools = PriorityPools(settings.priority_classes, settings.default_priority_class)
-        self.metrics = GatewayMetrics(self.router, self.pools, quota, settings.metrics_per_account)
+        self.metrics = GatewayMetrics(self.router, self.pools, quota, connections, settings.metrics_per_account)
         upstream = UpstreamClient(self.router, settings.retries, self.session)
         self.tracing = setup_tracing(settings.tracing)
         self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics, self.tracing)
@@ -111,12 +111,12 @@ def create_app(settings: GatewaySettings) -> Starlette:
     app = Starlette(exception_handlers={Exception: _internal_error, HTTPException: _routing_error})
     limits = settings.server
     # read by the server's HTTP protocol (tidegate.connection_guard) for every connection it accepts
-    app.state.connection_limits = ConnectionLimits(limits.header_timeout, limits.max_header_bytes,
-                                                   limits.max_connections)
+    guard = ConnectionGuard(ConnectionLimits(limits.header_timeout, limits.max_header_bytes, limits.max_connections))
+    app.state.connection_guard = guard
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        gateway = Gateway(settings, await open_store(settings))
+        gateway = Gateway(settings, await open_store(settings), guard)
         app.state.gateway = gateway
         app.router.routes.extend(gateway.routes())
         gateway.start()

@@ -2,7 +2,8 @@
 
 Before a request's headers are complete no app code runs, so only the protocol can cut a client that sends
 headers slowly, sends too many of them, or holds a connection open without sending anything. A server uses it
-with `uvicorn.Config(app, http=GuardedHttpProtocol)` and sets `app.state.connection_limits`.
+with `uvicorn.Config(app, http=GuardedHttpProtocol)` and sets `app.state.connection_guard`, whose counts then
+say what the guard did.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import http
 import json
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -31,14 +33,28 @@ class ConnectionLimits:
     max_connections: int = 2048  # at the cap the longest-idle connection makes room; if none is idle, 503
 
 
-def limits_of(app: Any) -> ConnectionLimits:
-    """The limits set on the app's state, looked up through the middleware uvicorn wraps around it."""
+@dataclass(slots=True)
+class ConnectionGuard:
+    """One app's limits, and what the guard did in this process: open connections, closes by reason."""
+
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    open: int = 0
+    # header_timeout, idle, made_room, headers_too_large, too_many_connections, invalid_http_request,
+    # body_after_answer
+    closed: Counter[str] = field(default_factory=Counter)
+
+
+UNCONFIGURED = ConnectionGuard()
+
+
+def guard_of(app: Any) -> ConnectionGuard:
+    """The guard set on the app's state, looked up through the middleware uvicorn wraps around it."""
     while app is not None:
-        limits = getattr(getattr(app, "state", None), "connection_limits", None)
-        if isinstance(limits, ConnectionLimits):
-            return limits
+        guard = getattr(getattr(app, "state", None), "connection_guard", None)
+        if isinstance(guard, ConnectionGuard):
+            return guard
         app = getattr(app, "app", None)
-    return ConnectionLimits()
+    return UNCONFIGURED
 
 
 class GuardedHttpProtocol(HttpToolsProtocol):
@@ -51,7 +67,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._limits = limits_of(self.app)
+        self._guard = guard_of(self.app)
+        self._guard.open += 1
+        self._limits = self._guard.limits
         self._timer: asyncio.TimerHandle | None = None
         self.refusing = False  # answered and lingering before the close: no longer a connection to count
         self._parse_refusal: ApiError | None = None
@@ -61,6 +79,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
                                   "service_unavailable", "too_many_connections", None, {"retry-after": "1"}))
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._guard.open -= 1
         self._cancel_timer()
         super().connection_lost(exc)
 
@@ -95,7 +114,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             return
         if unread_body:  # answered before the body ended (a 401): the rest may only trickle in until the deadline
             self._cancel_timer()
-            self._timer = self.loop.call_later(self._limits.header_timeout, self.transport.close)
+            self._timer = self.loop.call_later(self._limits.header_timeout, self._close, "body_after_answer")
             return
         self._idle(self.loop.time())
 
@@ -111,16 +130,16 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._cancel_timer()
         self._timer = self.loop.call_at(since + self._limits.header_timeout, self._headers_late)
 
-    def _headers_late(self) -> None:
+    def _headers_late(self, reason: str | None = None) -> None:
         self._timer = None
         if self.transport.is_closing():
             return
         if self._header_bytes:
             self._refuse(ApiError(408, f"the request headers did not arrive within "
                                        f"{self._limits.header_timeout:g}s", "invalid_request_error",
-                                  "request_timeout"))
+                                  "request_timeout"), reason or "header_timeout")
         else:
-            self.transport.close()  # an idle connection: nothing was asked, nothing to answer
+            self._close(reason or "idle")  # nothing was asked, nothing to answer
 
     def _make_room(self) -> bool:
         """Close the connection idle the longest to admit this one; False when every other one is busy."""
@@ -131,15 +150,20 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if not idle:
             return False
         oldest = min(idle, key=lambda c: c.idle_since)
-        oldest._headers_late()
+        oldest._headers_late("made_room")
         return True
 
     def _too_large(self) -> ApiError:
         return ApiError(431, f"the request headers exceed {self._limits.max_header_bytes} bytes",
                         "invalid_request_error", "headers_too_large")
 
-    def _refuse(self, error: ApiError) -> None:
+    def _close(self, reason: str) -> None:
+        self._guard.closed[reason] += 1
+        self.transport.close()
+
+    def _refuse(self, error: ApiError, reason: str | None = None) -> None:
         """Answer `error` as JSON and close, without a request ever reaching the app."""
+        self._guard.closed[reason or error.code or str(error.status)] += 1
         self.refusing = True
         self._cancel_timer()
         body = json.dumps(error.body(), separators=(",", ":")).encode()

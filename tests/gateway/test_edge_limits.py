@@ -43,6 +43,8 @@ async def test_slow_headers_are_cut_with_a_408_at_the_header_timeout(upstreams: 
         close_quietly(writer)
     assert answer.status == 408 and answer.json()["error"]["code"] == "request_timeout"
     assert 0.9 < time.monotonic() - started < 3.0
+    text = (await gateway.admin.get("/metrics")).text
+    assert metric_value(text, "tidegate_connections_closed_by_guard_total", reason="header_timeout") == 1
 
 
 async def test_a_silent_connection_is_closed_at_the_header_timeout(upstreams: Start,
@@ -214,6 +216,9 @@ async def test_at_the_connection_cap_with_every_connection_busy_a_new_one_gets_a
             close_quietly(writer)
     assert answer.status == 503 and answer.json()["error"]["code"] == "too_many_connections"
     assert answer.headers["retry-after"] == "1"
+    text = (await gateway.admin.get("/metrics")).text  # the busy ones are gone: room for this one again
+    assert metric_value(text, "tidegate_connections_closed_by_guard_total", reason="too_many_connections") == 1
+    assert metric_value(text, "tidegate_connections_closed_by_guard_total", reason="made_room") == 1
 
 
 async def test_a_body_trickling_after_its_answer_is_cut_at_the_header_timeout(
