@@ -17,6 +17,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from tidegate.event_stream import ABORT
 from tidegate.openai_errors import ApiError
 
 # after a refusal the rest of what the client sends is read and dropped this long, so that closing with unread
@@ -104,6 +105,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._waiting_headers = False
         self._header_bytes = 0
         self._cancel_timer()
+        self.scope["extensions"] = {**self.scope.get("extensions", {}), ABORT: {"abort": self.transport.abort}}
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:

@@ -20,6 +20,9 @@ HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # no proxy m
 MEDIA_TYPE = "text/event-stream"
 # a write that starts after the deadline (the closing error event) still gets this long to reach the client
 FINAL_WRITE_GRACE = 1.0
+# scope["extensions"][ABORT] = {"abort": callable} when the server can drop a connection at once; without it a
+# stream cut at its deadline is left to the server, which may keep the socket until its buffer drains
+ABORT = "tidegate.abort"
 
 
 class StreamEnd(StrEnum):
@@ -68,6 +71,9 @@ class EventStreamResponse(Response):
             for task in (pump, watch):
                 task.cancel()
             await asyncio.gather(pump, watch, return_exceptions=True)
+            abort = scope.get("extensions", {}).get(ABORT, {}).get("abort")
+            if end is StreamEnd.write_timeout and abort is not None:
+                abort()  # a client that stopped reading would never let the buffered answer drain
             aclose = getattr(self.events, "aclose", None)
             if aclose is not None:
                 with contextlib.suppress(Exception):

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from tests.gateway.harness import GatewayHarness
 from tests.gateway.raw_http import close_quietly, connect, request_head
 from tests.gateway.upstreams import MockUpstream
+from tests.reliability.processes import metric_value
 
 Start = Callable[..., Awaitable[MockUpstream]]
 StartGateway = Callable[..., Awaitable[GatewayHarness]]
@@ -42,6 +43,10 @@ async def test_an_unread_stream_frees_its_slot_at_the_total_deadline(upstreams: 
             assert time.monotonic() - started < TOTAL + 3, "the unread stream still holds its slot"
             await asyncio.sleep(0.05)
         freed_after = time.monotonic() - started
+        # the connection is dropped too, not left to a buffer the client will never drain (the admin one stays)
+        while metric_value((await gateway.admin.get("/metrics")).text, "tidegate_connections_open") != 1:
+            assert time.monotonic() - started < TOTAL + 5, "the stalled client's connection stayed open"
+            await asyncio.sleep(0.05)
     finally:
         close_quietly(writer)
     assert TOTAL - 0.5 < freed_after < TOTAL + 2
