@@ -12,9 +12,10 @@ from typing import Any
 
 import aiohttp
 
-from gateway.sse import DONE, encode, encode_json, error_event
+from gateway.errors import ApiError
+from gateway.sse import DONE
 from gateway.upstream import Answer
-from tidegate.event_stream import StreamEnd
+from tidegate.event_stream import DONE_EVENT, StreamEnd, data_event, error_event, json_event
 
 
 class Outcome(StrEnum):
@@ -96,8 +97,8 @@ class StreamRelay:
             except TimeoutError:
                 self.outcome = Outcome.timeout
                 await before_end()
-                yield error_event("the upstream stalled past its idle or total deadline", "timeout",
-                                  "upstream_timeout")
+                yield error_event(ApiError(504, "the upstream stalled past its idle or total deadline", "timeout",
+                                           "upstream_timeout"))
                 return
             except (aiohttp.ClientError, ValueError):
                 break
@@ -109,22 +110,22 @@ class StreamRelay:
         if not self._done and self.outcome is Outcome.ok:
             self.outcome = Outcome.cut
             await before_end()
-            yield error_event("the upstream stream broke off before it finished", "upstream_error",
-                              "stream_cut")
+            yield error_event(ApiError(502, "the upstream stream broke off before it finished", "upstream_error",
+                                       "stream_cut"))
 
     def _transform(self, data: bytes) -> bytes | None:
         if data == DONE:
             self._done = True
-            return encode(DONE)
+            return DONE_EVENT
         if not self._rename and b'"usage"' not in data and b'"error"' not in data:
             self.chunks += 1
-            return encode(data)
+            return data_event(data)
         try:
             obj = json.loads(data)
         except ValueError:
-            return encode(data)
+            return data_event(data)
         if not isinstance(obj, dict):
-            return encode(data)
+            return data_event(data)
         if "error" in obj:
             self.outcome = Outcome.cut
         usage = usage_of(obj)
@@ -138,7 +139,7 @@ class StreamRelay:
             obj.pop("usage", None)
         if self._rename and "model" in obj:
             obj["model"] = self.answer.model
-        return encode_json(obj)
+        return json_event(obj)
 
     async def close(self, end: StreamEnd) -> None:
         if end is StreamEnd.disconnected:

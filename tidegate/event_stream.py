@@ -1,4 +1,5 @@
-"""An SSE response that ends as soon as the client leaves or stops reading, and says which of those happened.
+"""Server-sent events as OpenAI streams them, and an SSE response that ends as soon as the client leaves or stops
+reading, saying which of those happened.
 
 Plain Starlette, for both tiers. Starlette's StreamingResponse learns of a disconnect only at its next write, and
 a write to a client that stopped reading waits forever; either would hold what the stream holds (a priority
@@ -9,12 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from enum import StrEnum
+from typing import Any
 
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
+
+from tidegate.openai_errors import ApiError
 
 HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # no proxy may buffer a token stream
 MEDIA_TYPE = "text/event-stream"
@@ -23,6 +28,23 @@ FINAL_WRITE_GRACE = 1.0
 # scope["extensions"][ABORT] = {"abort": callable} when the server can drop a connection at once; without it a
 # stream cut at its deadline is left to the server, which may keep the socket until its buffer drains
 ABORT = "tidegate.abort"
+
+
+def data_event(data: bytes) -> bytes:
+    """One event carrying `data`: a JSON text, or `[DONE]`."""
+    return b"data: " + data + b"\n\n"
+
+
+def json_event(obj: Any) -> bytes:
+    return data_event(json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def error_event(error: ApiError) -> bytes:
+    """A failure after the first byte: an `error` event the openai SDK raises as APIError, never a clean end."""
+    return b"event: error\n" + json_event(error.body())
+
+
+DONE_EVENT = data_event(b"[DONE]")
 
 
 class StreamEnd(StrEnum):
