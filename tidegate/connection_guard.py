@@ -125,6 +125,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._refuse(self._parse_refusal or ApiError(400, "the request is not valid HTTP/1.1",
                                                      "invalid_request_error", "invalid_http_request"))
 
+    @property
+    def idle(self) -> bool:
+        """Waiting for a request's headers with no answer in progress (a pipelined request is not idle)."""
+        return self._waiting_headers and (self.cycle is None or self.cycle.response_complete)
+
     def _idle(self, since: float) -> None:
         self._waiting_headers = True
         self._header_bytes = 0
@@ -148,7 +153,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         others = [c for c in self.connections if c is not self and not _leaving(c)]
         if len(others) < self._limits.max_connections:
             return True  # the count still includes connections that are closing
-        idle = [c for c in others if isinstance(c, GuardedHttpProtocol) and c._waiting_headers]
+        idle = [c for c in others if isinstance(c, GuardedHttpProtocol) and c.idle]
         if not idle:
             return False
         oldest = min(idle, key=lambda c: c.idle_since)
