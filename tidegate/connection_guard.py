@@ -74,7 +74,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._timer: asyncio.TimerHandle | None = None
         self.refusing = False  # answered and lingering before the close: no longer a connection to count
         self._parse_refusal: ApiError | None = None
-        self._idle(self.loop.time())
+        self._await_headers(self.loop.time())
         if len(self.connections) > self._limits.max_connections and not self._make_room():
             self._refuse(ApiError(503, "the server has too many open connections; retry shortly",
                                   "service_unavailable", "too_many_connections", None, {"retry-after": "1"}))
@@ -118,7 +118,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._cancel_timer()
             self._timer = self.loop.call_later(self._limits.header_timeout, self._close, "body_after_answer")
             return
-        self._idle(self.loop.time())
+        self._await_headers(self.loop.time())
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to what httptools cannot parse, in the OpenAI error shape."""
@@ -130,7 +130,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         """Waiting for a request's headers with no answer in progress (a pipelined request is not idle)."""
         return self._waiting_headers and (self.cycle is None or self.cycle.response_complete)
 
-    def _idle(self, since: float) -> None:
+    def _await_headers(self, since: float) -> None:
         self._waiting_headers = True
         self._header_bytes = 0
         self.idle_since = since
