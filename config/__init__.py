@@ -9,6 +9,7 @@ from config.gateway import (
     PriorityClass,
     RequestExtra,
     Retries,
+    ServerLimits,
     Timeouts,
     Tracing,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "RedisDownPolicy",
     "RequestExtra",
     "Retries",
+    "ServerLimits",
     "Settings",
     "SettingsError",
     "StoreSettings",

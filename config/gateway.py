@@ -105,6 +105,20 @@ class Tracing(BaseModel):
     service_name: str = "tidegate-gateway"
 
 
+class ServerLimits(BaseModel):
+    """What a reverse proxy in front would otherwise enforce, per worker process, before auth is known."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    header_timeout: float = Field(default=10.0, gt=0)  # from connect (or the previous answer) to the last header
+    body_timeout: float = Field(default=30.0, gt=0)  # to read the whole request body
+    keep_alive_timeout: int = Field(default=5, ge=1)  # an idle connection between requests
+    max_header_bytes: int = Field(default=32 * 1024, ge=1024)  # request line and headers together
+    # open connections; at the cap the longest-idle one makes room, and only when none is idle is it a 503
+    max_connections: int = Field(default=2048, ge=1)
+    max_json_depth: int = Field(default=64, ge=2)  # nesting of arrays and objects in a JSON body
+
+
 def _default_classes() -> dict[str, PriorityClass]:
     return {
         "realtime": PriorityClass(max_concurrency=64, queue_size=256, queue_timeout=3.0, upstream_priority=0),
@@ -137,6 +151,9 @@ class GatewaySettings(StoreSettings):
     # prompt tokens counted per input image at admission (OpenAI's rule for a 1024x1024 image in high detail)
     image_prompt_tokens: int = Field(default=765, ge=0)
     tracing: Tracing = Field(default_factory=Tracing)
+    server: ServerLimits = Field(default_factory=ServerLimits)
+    metrics_token: str | None = Field(default=None, min_length=16)  # bearer token /metrics then requires
+    metrics_per_account: bool = True  # token series per account and sub-account; off leaves one per kind
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @model_validator(mode="after")

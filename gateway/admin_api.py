@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import fields, is_dataclass
 from datetime import datetime
@@ -17,6 +16,10 @@ from gateway.auth import check_admin
 from gateway.errors import ApiError, invalid_request, not_found
 from gateway.router import Router
 from quota import UNSET, InvalidRequest, NotFound, Quota, QuotaService
+from tidegate.request_body import decode_json, read_body
+
+# admin writes are small records: a quota nests three levels
+ADMIN_BODY_BYTES, ADMIN_BODY_TIMEOUT, ADMIN_JSON_DEPTH = 256 * 1024, 30.0, 16
 
 Handler = Callable[[Request], Awaitable[Any]]
 UPDATABLE = {
@@ -153,10 +156,8 @@ class AdminApi:
 
 
 async def _json_body(request: Request) -> dict[str, Any]:
-    try:
-        body = json.loads(await request.body() or b"{}")
-    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
-        raise invalid_request("the body is not valid JSON") from None
+    raw = await read_body(request, max_bytes=ADMIN_BODY_BYTES, timeout=ADMIN_BODY_TIMEOUT)
+    body = decode_json(raw or b"{}", max_depth=ADMIN_JSON_DEPTH)
     if not isinstance(body, dict):
         raise invalid_request("the body must be a JSON object")
     return body

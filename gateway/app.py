@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from http import HTTPStatus
 
 import aiohttp
 import httpx
 import redis.asyncio as redis
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -17,6 +19,7 @@ from starlette.routing import BaseRoute, Route
 from config import GatewaySettings
 from config.admin_key import configured_admin_key
 from gateway.admin_api import AdminApi
+from gateway.auth import check_token
 from gateway.breaker_sync import BreakerSync
 from gateway.channels import ChannelState, HealthChecker
 from gateway.console import console_routes
@@ -30,6 +33,7 @@ from gateway.upstream import UpstreamClient
 from gateway.worker_settings import read_worker_settings
 from quota import QuotaService, open_store
 from tidegate import openapi
+from tidegate.connection_guard import ConnectionGuard, ConnectionLimits
 
 OPENAPI = openapi.document("tidegate gateway", gateway=True)
 
@@ -37,7 +41,7 @@ OPENAPI = openapi.document("tidegate gateway", gateway=True)
 class Gateway:
     """Everything one worker process holds: the store, channels, pools and the upstream connection pool."""
 
-    def __init__(self, settings: GatewaySettings, quota: QuotaService):
+    def __init__(self, settings: GatewaySettings, quota: QuotaService, connections: ConnectionGuard):
         self.settings = settings
         self.quota = quota
         self.http = httpx.AsyncClient()  # health checks only
@@ -47,7 +51,7 @@ class Gateway:
         channels = [ChannelState(c, settings.channel_timeouts(c), settings.breaker) for c in settings.channels]
         self.router = Router(channels)
         self.pools = PriorityPools(settings.priority_classes, settings.default_priority_class)
-        self.metrics = GatewayMetrics(self.router, self.pools, quota)
+        self.metrics = GatewayMetrics(self.router, self.pools, quota, connections, settings.metrics_per_account)
         upstream = UpstreamClient(self.router, settings.retries, self.session)
         self.tracing = setup_tracing(settings.tracing)
         self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics, self.tracing)
@@ -79,6 +83,11 @@ class Gateway:
                              "healthy_channels": healthy, "priority": self.pools.status()})
 
     async def metrics_route(self, request: Request) -> Response:
+        if self.settings.metrics_token is not None:
+            try:
+                check_token(request, self.settings.metrics_token, "metrics token")
+            except ApiError as error:
+                return error.response()
         return Response(self.metrics.render(), media_type="text/plain; version=0.0.4")
 
     async def openapi_route(self, request: Request) -> Response:
@@ -99,11 +108,15 @@ class Gateway:
 
 def create_app(settings: GatewaySettings) -> Starlette:
     """The app; the store opens and the health checks start when the server starts it (lifespan)."""
-    app = Starlette(exception_handlers={Exception: _internal_error})
+    app = Starlette(exception_handlers={Exception: _internal_error, HTTPException: _routing_error})
+    limits = settings.server
+    # read by the server's HTTP protocol (tidegate.connection_guard) for every connection it accepts
+    guard = ConnectionGuard(ConnectionLimits(limits.header_timeout, limits.max_header_bytes, limits.max_connections))
+    app.state.connection_guard = guard
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        gateway = Gateway(settings, await open_store(settings))
+        gateway = Gateway(settings, await open_store(settings), guard)
         app.state.gateway = gateway
         app.router.routes.extend(gateway.routes())
         gateway.start()
@@ -120,6 +133,15 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     # a bug still answers in the OpenAI shape, so SDKs raise their error class instead of failing to parse
     logging.getLogger("tidegate.gateway").exception("unhandled error on %s", request.url.path, exc_info=exc)
     return ApiError(500, "internal gateway error", "server_error", "internal_error").response()
+
+
+async def _routing_error(request: Request, exc: Exception) -> Response:
+    # unknown paths and methods answer in the OpenAI shape too, without echoing the path
+    status = exc.status_code if isinstance(exc, HTTPException) else 404
+    headers = dict(exc.headers or {}) if isinstance(exc, HTTPException) else {}
+    phrase = HTTPStatus(status).phrase
+    return ApiError(status, f"{phrase}: see /openapi.json for the routes and their methods",
+                    "invalid_request_error", phrase.lower().replace(" ", "_"), None, headers).response()
 
 
 def create_app_from_env() -> Starlette:

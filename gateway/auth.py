@@ -38,6 +38,11 @@ def check_admin(request: Request, admin_key: str | None) -> None:
     """Raises unless the request carries the configured admin key (compared in constant time)."""
     if not admin_key:
         raise forbidden("the admin API is disabled: no admin_key is configured", "admin_disabled")
+    check_token(request, admin_key, "admin key")
+
+
+def check_token(request: Request, expected: str, what: str) -> None:
+    """Raises a 401 unless the request's bearer token is `expected` (compared in constant time)."""
     token = bearer_token(request)
-    if token is None or not hmac.compare_digest(token.encode(), admin_key.encode()):
-        raise ApiError(401, "incorrect admin key", "invalid_request_error", "invalid_admin_key")
+    if token is None or not hmac.compare_digest(token.encode(), expected.encode()):
+        raise ApiError(401, f"incorrect {what}", "invalid_request_error", f"invalid_{what.replace(' ', '_')}")

@@ -86,7 +86,8 @@ class Exchange:
     def first_token(self) -> None:
         """The upstream's answer head (first content token of a stream, or the whole body) has arrived."""
         if self.upstream_started is not None and self.record.channel:
-            self._metrics.upstream_ttft.labels(self.record.channel, self.record.model or "").observe(
+            model = self._metrics.model_label(self.record.model)
+            self._metrics.upstream_ttft.labels(self.record.channel, model).observe(
                 time.monotonic() - self.upstream_started)
 
     async def end(self, status: int, outcome: str, usage: Usage | None = None) -> None:
@@ -116,7 +117,8 @@ class Exchange:
         self.record.duration_ms = round(elapsed * 1000, 2)
         self._metrics.observe(self.record.path, self.record.model, self.record.channel, status, outcome, elapsed)
         if self.upstream_started is not None and self.record.channel:
-            self._metrics.upstream_latency.labels(self.record.channel, self.record.model or "").observe(
+            model = self._metrics.model_label(self.record.model)
+            self._metrics.upstream_latency.labels(self.record.channel, model).observe(
                 now - self.upstream_started)
         if access_log.isEnabledFor(logging.INFO):
             access_log.info(json.dumps(asdict(self.record), separators=(",", ":")))

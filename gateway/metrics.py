@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gateway.priority import PriorityPools
 from gateway.router import Router
 from quota import QuotaService
+from tidegate.connection_guard import ConnectionGuard
 
 BREAKER_VALUE = {"closed": 0, "half_open": 1, "open": 2}
 
@@ -18,10 +19,10 @@ BREAKER_VALUE = {"closed": 0, "half_open": 1, "open": 2}
 class _LiveState(Collector):
     """Reads in-flight counts, breaker states, queue depths and degradation at scrape time."""
 
-    def __init__(self, router: Router, pools: PriorityPools, quota: QuotaService):
-        self._router, self._pools, self._quota = router, pools, quota
+    def __init__(self, router: Router, pools: PriorityPools, quota: QuotaService, connections: ConnectionGuard):
+        self._router, self._pools, self._quota, self._connections = router, pools, quota, connections
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         in_flight = GaugeMetricFamily("tidegate_channel_in_flight", "Requests in flight", labels=["channel"])
         healthy = GaugeMetricFamily("tidegate_channel_healthy", "1 when /health answers", labels=["channel"])
         breaker = GaugeMetricFamily("tidegate_breaker_state", "0 closed, 1 half-open, 2 open",
@@ -38,16 +39,26 @@ class _LiveState(Collector):
             queued.add_metric([name], pool.queued)
         degraded = GaugeMetricFamily("tidegate_store_degraded", "1 while a Redis-down policy applies")
         degraded.add_metric([], float(self._quota.degraded))
-        yield from (in_flight, healthy, breaker, active, queued, degraded)
+        open_connections = GaugeMetricFamily("tidegate_connections_open", "Client connections open")
+        open_connections.add_metric([], self._connections.open)
+        closed = CounterMetricFamily("tidegate_connections_closed_by_guard", "Connections the server closed "
+                                     "before a request reached the app, by reason", labels=["reason"])
+        for reason, count in sorted(self._connections.closed.items()):
+            closed.add_metric([reason], count)
+        yield from (in_flight, healthy, breaker, active, queued, degraded, open_connections, closed)
 
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
 class GatewayMetrics:
-    """Label sets stay bounded: routes, statuses, channels, models, classes and tenants, never a request."""
+    """Label sets stay bounded: routes, statuses, channels, configured models (`other` for any other name),
+    classes and tenants (unless switched off), never a value the client chose."""
 
-    def __init__(self, router: Router, pools: PriorityPools, quota: QuotaService):
+    def __init__(self, router: Router, pools: PriorityPools, quota: QuotaService,
+                 connections: ConnectionGuard, per_account: bool = True):
+        self._router = router
+        self._per_account = per_account
         self.registry = reg = CollectorRegistry()
         self.requests = Counter("tidegate_requests", "Requests by route, model, channel, status and outcome",
                                 ["path", "model", "channel", "status", "outcome"], registry=reg)
@@ -66,17 +77,25 @@ class GatewayMetrics:
                                           registry=reg)
         self.tokens = Counter("tidegate_tokens", "Tokens settled, by account, sub-account and kind",
                               ["account", "sub_account", "kind"], registry=reg)
-        self.registry.register(_LiveState(router, pools, quota))
+        self.registry.register(_LiveState(router, pools, quota, connections))
 
     def observe(self, path: str, model: str | None, channel: str | None, status: int, outcome: str,
                 seconds: float) -> None:
-        self.requests.labels(path, model or "", channel or "", str(status), outcome).inc()
+        self.requests.labels(path, self.model_label(model), channel or "", str(status), outcome).inc()
         self.duration.labels(path).observe(seconds)
+
+    def model_label(self, model: str | None) -> str:
+        """A model the gateway serves by its name, any other by `other`: clients cannot mint series."""
+        if not model:
+            return ""
+        return model if self._router.serves(model) else "other"
 
     def refused(self, level: str | None, limit: str | None) -> None:
         self.refusals.labels(level or "store", limit or "unavailable").inc()
 
     def settled(self, account: str, sub_account: str | None, prompt_tokens: int, completion_tokens: int) -> None:
+        if not self._per_account:
+            account, sub_account = "all", None
         if prompt_tokens:
             self.tokens.labels(account, sub_account or "", "prompt").inc(prompt_tokens)
         if completion_tokens:

@@ -1,15 +1,15 @@
-"""Reading a client's OpenAI request body: size, JSON, and the few fields the gateway acts on."""
+"""A client's OpenAI request body: its JSON, and the few fields the gateway acts on."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from starlette.requests import Request
-
-from gateway.errors import ApiError, invalid_request
+from gateway.errors import invalid_request
 from gateway.request_extras import OWNED_FIELDS
+from tidegate.request_body import decode_json
+
+MAX_MODEL_CHARS = 256  # a model name longer than this is no model anyone serves
 
 
 @dataclass(slots=True)
@@ -23,33 +23,16 @@ class OpenAIRequest:
     priority_class: str | None
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise _too_large(max_bytes)
-    data = bytearray()
-    async for chunk in request.stream():
-        data += chunk
-        if len(data) > max_bytes:
-            raise _too_large(max_bytes)
-    return bytes(data)
-
-
-def _too_large(max_bytes: int) -> ApiError:
-    return ApiError(413, f"request body exceeds {max_bytes} bytes", "invalid_request_error", "body_too_large")
-
-
-def parse(raw: bytes, *, chat: bool, classes: set[str]) -> OpenAIRequest:
+def parse(raw: bytes, *, chat: bool, classes: set[str], max_depth: int) -> OpenAIRequest:
     """Validates what the gateway itself relies on; the upstream validates the rest."""
-    try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
-        raise invalid_request("the body is not valid JSON") from None
+    body = decode_json(raw, max_depth=max_depth)
     if not isinstance(body, dict):
         raise invalid_request("the body must be a JSON object")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise invalid_request("'model' is required and must be a string", "model")
+    if len(model) > MAX_MODEL_CHARS:
+        raise invalid_request(f"'model' is longer than {MAX_MODEL_CHARS} characters", "model")
     required = "messages" if chat else "prompt"
     value = body.get(required)
     if chat and (not isinstance(value, list) or not value):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from typing import Any
 
 from starlette.requests import Request
@@ -16,15 +15,18 @@ from gateway.auth import authenticate
 from gateway.errors import ApiError, forbidden, not_found
 from gateway.exchange import Exchange
 from gateway.metrics import GatewayMetrics
-from gateway.openai_request import OpenAIRequest, parse, read_body
+from gateway.openai_request import OpenAIRequest, parse
 from gateway.priority import PriorityPools
-from gateway.relay import StreamRelay, StreamResponse, Usage
+from gateway.relay import StreamRelay, Usage
 from gateway.request_extras import request_extras
 from gateway.router import Router
 from gateway.tracing import Tracing
 from gateway.upstream import Answer, UpstreamClient, UpstreamRequest
 from gateway.upstream_answers import client_answer, is_reported
 from quota import KeyInfo, QuotaService
+from tidegate.event_stream import EventStreamResponse, StreamEnd
+from tidegate.request_body import read_body
+from tidegate.request_id import request_id as request_id_of
 
 
 class Proxy:
@@ -43,14 +45,15 @@ class Proxy:
 
     async def completions(self, request: Request) -> Response:
         chat = request.url.path.endswith("/chat/completions")
-        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+        request_id = request_id_of(request.headers)
         trace = self.tracing.start_request("POST", request.url.path, request_id, request.headers)
         exchange = Exchange(self.quota, self.metrics, request_id, request.url.path, self._renew_interval, trace)
         try:
             key = await authenticate(self.quota, request)
             exchange.identify(key)
-            call = parse(await read_body(request, self.settings.max_body_bytes), chat=chat,
-                         classes=set(self.pools.pools))
+            limits = self.settings.server
+            raw = await read_body(request, max_bytes=self.settings.max_body_bytes, timeout=limits.body_timeout)
+            call = parse(raw, chat=chat, classes=set(self.pools.pools), max_depth=limits.max_json_depth)
             exchange.record.model, exchange.record.stream = call.model, call.stream
             trace.set_model(call.model)
             self._check_model(key, call.model)
@@ -121,17 +124,18 @@ class Proxy:
         relay = StreamRelay(answer, wants_usage=call.wants_usage, deadline=deadline,
                             idle=answer.channel.timeouts.idle)
 
-        async def end(disconnected: bool = False) -> None:
-            await relay.close(disconnected)
+        async def end(how: StreamEnd = StreamEnd.finished) -> None:
+            await relay.close(how)
             # without the upstream's usage (cut, the client left, an upstream that does not count), charge the
             # prompt estimate and what was generated
             usage = relay.usage if is_reported(relay.usage) else Usage(exchange.record.prompt_tokens, relay.chunks)
             await exchange.end(200, relay.outcome.value, usage)
 
-        return StreamResponse(relay.stream(end), headers, end)
+        # the total deadline covers writing to the client too: one that stops reading is cut there
+        return EventStreamResponse(relay.stream(end), headers, deadline=deadline, on_close=end)
 
     async def models(self, request: Request) -> Response:
-        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+        request_id = request_id_of(request.headers)
         try:
             key = await authenticate(self.quota, request)
         except ApiError as error:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -12,11 +11,11 @@ from enum import StrEnum
 from typing import Any
 
 import aiohttp
-from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
 
-from gateway.sse import DONE, encode, encode_json, error_event
+from gateway.errors import ApiError
+from gateway.sse import DONE
 from gateway.upstream import Answer
+from tidegate.event_stream import DONE_EVENT, StreamEnd, data_event, error_event, json_event
 
 
 class Outcome(StrEnum):
@@ -27,6 +26,12 @@ class Outcome(StrEnum):
     cut = "cut"  # the upstream broke off after the first byte
     timeout = "timeout"  # idle or total deadline passed after the first byte
     disconnected = "disconnected"  # the client went away
+    client_stalled = "client_stalled"  # the client stopped reading until the total deadline passed
+
+
+# what an outcome tells the channel's breaker; the client's own doing (leaving, not reading) says nothing
+CHANNEL_VERDICT: dict[Outcome, bool | None] = {Outcome.ok: True, Outcome.disconnected: None,
+                                               Outcome.client_stalled: None}
 
 
 @dataclass(slots=True)
@@ -92,8 +97,8 @@ class StreamRelay:
             except TimeoutError:
                 self.outcome = Outcome.timeout
                 await before_end()
-                yield error_event("the upstream stalled past its idle or total deadline", "timeout",
-                                  "upstream_timeout")
+                yield error_event(ApiError(504, "the upstream stalled past its idle or total deadline", "timeout",
+                                           "upstream_timeout"))
                 return
             except (aiohttp.ClientError, ValueError):
                 break
@@ -105,22 +110,22 @@ class StreamRelay:
         if not self._done and self.outcome is Outcome.ok:
             self.outcome = Outcome.cut
             await before_end()
-            yield error_event("the upstream stream broke off before it finished", "upstream_error",
-                              "stream_cut")
+            yield error_event(ApiError(502, "the upstream stream broke off before it finished", "upstream_error",
+                                       "stream_cut"))
 
     def _transform(self, data: bytes) -> bytes | None:
         if data == DONE:
             self._done = True
-            return encode(DONE)
+            return DONE_EVENT
         if not self._rename and b'"usage"' not in data and b'"error"' not in data:
             self.chunks += 1
-            return encode(data)
+            return data_event(data)
         try:
             obj = json.loads(data)
         except ValueError:
-            return encode(data)
+            return data_event(data)
         if not isinstance(obj, dict):
-            return encode(data)
+            return data_event(data)
         if "error" in obj:
             self.outcome = Outcome.cut
         usage = usage_of(obj)
@@ -134,62 +139,11 @@ class StreamRelay:
             obj.pop("usage", None)
         if self._rename and "model" in obj:
             obj["model"] = self.answer.model
-        return encode_json(obj)
+        return json_event(obj)
 
-    async def close(self, disconnected: bool) -> None:
-        if disconnected:
+    async def close(self, end: StreamEnd) -> None:
+        if end is StreamEnd.disconnected:
             self.outcome = Outcome.disconnected
-        verdict = {Outcome.ok: True, Outcome.disconnected: None}.get(self.outcome, False)
-        await self.answer.finish(verdict)
-
-
-class StreamResponse(Response):
-    """An SSE response that notices a client leaving at once, and always runs `on_close` exactly once.
-
-    Starlette's StreamingResponse only learns of a disconnect at its next write; a relay waiting on a
-    slow upstream must instead stop, free its channel slot and settle its usage right away.
-    """
-
-    def __init__(self, body: AsyncIterator[bytes], headers: dict[str, str],
-                 on_close: Callable[[bool], Awaitable[None]]):
-        # no `body` attribute: init_headers then leaves out Content-Length, as StreamingResponse does
-        self.status_code = 200
-        self.media_type = "text/event-stream"
-        self.background = None
-        self.init_headers({**headers, "cache-control": "no-cache"})
-        self._body = body
-        self._on_close = on_close
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        pump = asyncio.create_task(self._pump(send))
-        watch = asyncio.create_task(_wait_for_disconnect(receive))
-        disconnected = False
-        try:
-            done, _ = await asyncio.wait({pump, watch}, return_when=asyncio.FIRST_COMPLETED)
-            if pump in done:
-                try:
-                    pump.result()
-                except OSError:  # uvicorn's ClientDisconnected on a write to a closed socket
-                    disconnected = True
-            else:
-                disconnected = True
-        finally:
-            for task in (pump, watch):
-                task.cancel()
-            await asyncio.gather(pump, watch, return_exceptions=True)
-            aclose = getattr(self._body, "aclose", None)
-            if aclose is not None:
-                with contextlib.suppress(Exception):
-                    await aclose()
-            await asyncio.shield(self._on_close(disconnected))
-
-    async def _pump(self, send: Send) -> None:
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        async for chunk in self._body:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-async def _wait_for_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
+        elif end is StreamEnd.write_timeout:
+            self.outcome = Outcome.client_stalled
+        await self.answer.finish(CHANNEL_VERDICT.get(self.outcome, False))

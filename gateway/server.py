@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+from typing import Any
 
 import uvicorn
 
 from config import GatewaySettings
 from config.admin_key import required_admin_key
 from gateway.worker_settings import settings_for_workers
+from tidegate.connection_guard import GuardedHttpProtocol
 
 
 def main(args: argparse.Namespace) -> int:
@@ -23,5 +25,10 @@ def main(args: argparse.Namespace) -> int:
     with settings_for_workers(settings):
         uvicorn.run("gateway.app:create_app_from_env", factory=True, host=settings.host, port=settings.port,
                     workers=settings.workers, log_level=settings.log_level, access_log=False,
-                    timeout_graceful_shutdown=5)
+                    timeout_graceful_shutdown=5, **uvicorn_options(settings))
     return 0
+
+
+def uvicorn_options(settings: GatewaySettings) -> dict[str, Any]:
+    """What every gateway server runs with, in every worker: the guarded HTTP protocol and its keep-alive."""
+    return {"http": GuardedHttpProtocol, "timeout_keep_alive": settings.server.keep_alive_timeout}

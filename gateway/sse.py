@@ -1,8 +1,10 @@
-"""Server-sent events as the relay needs them: split raw bytes into events, and read or write one."""
+"""Reading an upstream's server-sent events: split raw bytes into events, and tell content from framing.
+
+Writing them is `tidegate.event_stream`'s, shared with the backend.
+"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,20 +29,6 @@ async def split_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
 def _data_of(event: bytes) -> bytes | None:
     lines = [line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
     return b"\n".join(lines) if lines else None
-
-
-def encode(data: bytes) -> bytes:
-    return b"data: " + data + b"\n\n"
-
-
-def encode_json(obj: Any) -> bytes:
-    return encode(json.dumps(obj, separators=(",", ":")).encode())
-
-
-def error_event(message: str, kind: str, code: str) -> bytes:
-    """The event the openai SDK raises on (`event: error`), so a cut stream never ends silently."""
-    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
-    return b"event: error\n" + encode_json(body)
 
 
 def has_content(chunk: dict[str, Any]) -> bool:

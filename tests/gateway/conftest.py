@@ -19,8 +19,8 @@ async def upstreams() -> AsyncIterator[Callable[..., Awaitable[MockUpstream]]]:
     """Starts mock upstreams on demand (`await upstreams(Fault.cut)`) and stops them all afterwards."""
     started: list[MockUpstream] = []
 
-    async def start(fault: Fault = Fault.none, chunk_delay: float = 0.0) -> MockUpstream:
-        upstream = await MockUpstream(fault=fault, chunk_delay=chunk_delay).start()
+    async def start(fault: Fault = Fault.none, chunk_delay: float = 0.0, **fields: Any) -> MockUpstream:
+        upstream = await MockUpstream(fault=fault, chunk_delay=chunk_delay, **fields).start()
         started.append(upstream)
         return upstream
 

@@ -12,6 +12,7 @@ from openai import AsyncOpenAI
 
 from config import GatewaySettings
 from gateway import create_app
+from gateway.server import uvicorn_options
 from tests.servers import free_port
 
 ADMIN_KEY = "gateway-tests-admin-7f3c9a1e5b2d8046c1e9f0a3"  # 32+ characters, as the gateway requires
@@ -31,7 +32,7 @@ class GatewayHarness:
 
     async def start(self) -> GatewayHarness:
         config = uvicorn.Config(create_app(self.settings), host="127.0.0.1", port=self.port, log_level="warning",
-                                timeout_graceful_shutdown=1)
+                                timeout_graceful_shutdown=1, **uvicorn_options(self.settings))
         self._server = uvicorn.Server(config)
         self._task = asyncio.create_task(self._server.serve())
         while not self._server.started:

@@ -14,6 +14,7 @@ from gateway.relay import Outcome, StreamRelay, rewrite_body
 from gateway.router import Router
 from gateway.upstream import Answer, UpstreamClient, UpstreamRequest
 from tests.gateway.upstreams import Fault, MockUpstream
+from tidegate.event_stream import StreamEnd
 
 Start = Callable[..., Awaitable[MockUpstream]]
 
@@ -32,7 +33,7 @@ async def relay_all(relay: StreamRelay) -> list[bytes]:
 
     async def before_end() -> None:
         ended.append(True)
-        await relay.close(disconnected=False)
+        await relay.close(StreamEnd.finished)
 
     events = [event async for event in relay.stream(before_end)]
     assert ended == [True]  # the last event goes out after the relay has let go of the upstream

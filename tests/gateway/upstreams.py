@@ -45,6 +45,7 @@ class MockUpstream:
     fault: Fault = Fault.none
     chunk_delay: float = 0.0
     stall_at: int = -1  # the chunk before which a stream stalls for good (-1: never)
+    padding: int = 0  # characters added to each streamed token, for answers that fill socket buffers fast
     healthy: bool = True  # what /health answers
     health_checks: int = 0
     port: int = field(default_factory=free_port)
@@ -152,10 +153,11 @@ class MockUpstream:
                 await asyncio.sleep(self.chunk_delay)
             last = i == n - 1
             choice: dict[str, Any] = {"index": 0, "finish_reason": "length" if last else None}
+            token = f"t{i} " + "x" * self.padding
             if chat:
-                choice["delta"] = {"content": f"t{i} "}
+                choice["delta"] = {"content": token}
             else:
-                choice["text"] = f"t{i} "
+                choice["text"] = token
             yield _event({**base, "choices": [choice]})
         if include_usage:
             yield _event({**base, "choices": [],
