@@ -10,23 +10,23 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from backend.engine import Engine
-    from backend.engine_config import EngineConfig
-    from backend.errors import EngineOverloaded, InvalidRequest, QueueTimeout
-    from backend.records import Completion, Delta, EngineStats, GenerateRequest
-    from backend.sampling_params import SamplingParams
+    from backend.engine.core import Engine
+    from backend.engine.engine_config import EngineConfig
+    from backend.engine.errors import EngineOverloaded, InvalidRequest, QueueTimeout
+    from backend.engine.records import Completion, Delta, EngineStats, GenerateRequest
+    from backend.engine.sampling_params import SamplingParams
 
 _EXPORTS = {
-    "Completion": "backend.records",
-    "Delta": "backend.records",
-    "Engine": "backend.engine",
-    "EngineConfig": "backend.engine_config",
-    "EngineOverloaded": "backend.errors",
-    "EngineStats": "backend.records",
-    "GenerateRequest": "backend.records",
-    "InvalidRequest": "backend.errors",
-    "QueueTimeout": "backend.errors",
-    "SamplingParams": "backend.sampling_params",
+    "Completion": "backend.engine.records",
+    "Delta": "backend.engine.records",
+    "Engine": "backend.engine.core",
+    "EngineConfig": "backend.engine.engine_config",
+    "EngineOverloaded": "backend.engine.errors",
+    "EngineStats": "backend.engine.records",
+    "GenerateRequest": "backend.engine.records",
+    "InvalidRequest": "backend.engine.errors",
+    "QueueTimeout": "backend.engine.errors",
+    "SamplingParams": "backend.engine.sampling_params",
 }
 
 __all__ = [

@@ -21,10 +21,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from backend.attention import AttentionMetadata
-from backend.loader import load_model
-from backend.model import LlamaModel
-from backend.model_cache import pull
+from backend.executor.attention import AttentionMetadata
+from backend.executor.model import LlamaModel
+from backend.loading.loader import load_model
+from backend.loading.model_cache import pull
 
 BLOCK = 16
 

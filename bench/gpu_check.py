@@ -21,7 +21,7 @@ def _kernels() -> dict:
     # One pytest process per test file, all at once: compiling the kernel variants dominates, and it is
     # single-threaded per process, so the files compile side by side on the machine's cores.
     env = dict(os.environ, TIDEGATE_KERNEL_DEVICE="cuda")
-    files = sorted(str(p) for p in Path("tests/backend/kernels").glob("test_*.py"))
+    files = sorted(str(p) for p in Path("tests/backend/executor/kernels").glob("test_*.py"))
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "pytest", f, "-q", "-p", "no:cacheprovider"],
@@ -73,7 +73,7 @@ def _throughput(model: Path) -> dict:
 
 
 def _default_model() -> Path:
-    from backend.model_cache import cached_path
+    from backend.loading.model_cache import cached_path
 
     env = os.environ.get("TIDEGATE_GPU_CHECK_MODEL")
     return Path(env).expanduser() if env else cached_path("smollm2")

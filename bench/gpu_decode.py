@@ -13,11 +13,11 @@ from functools import partial
 
 import torch
 
-from backend.attention import AttentionBackend, AttentionMetadata, TorchAttention
-from backend.cuda_graphs import DecodeGraphs
-from backend.kernels import TritonAttention
-from backend.model import LlamaModel
-from backend.model_config import ModelConfig
+from backend.executor.attention import AttentionBackend, AttentionMetadata, TorchAttention
+from backend.executor.cuda_graphs import DecodeGraphs
+from backend.executor.kernels import TritonAttention
+from backend.executor.model import LlamaModel
+from backend.executor.model_config import ModelConfig
 from bench.gpu_timing import cuda_time_ms
 
 LLAMA3_8B = ModelConfig(

@@ -8,8 +8,8 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from backend.kernels import add_rms_norm, apply_rotary, build_cos_sin_cache, silu_and_mul
-from backend.model import RMSNorm, RotaryEmbedding, _rotate
+from backend.executor.kernels import add_rms_norm, apply_rotary, build_cos_sin_cache, silu_and_mul
+from backend.executor.model import RMSNorm, RotaryEmbedding, _rotate
 from bench.gpu_decode import LLAMA3_8B
 from bench.gpu_timing import cuda_time_ms
 

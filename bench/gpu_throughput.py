@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 
 from backend import Engine, EngineConfig, GenerateRequest, SamplingParams
-from backend.attention import AttentionBackend, TorchAttention
-from backend.kernels import TritonAttention
-from backend.loader import LoadedModel, load_model
+from backend.executor.attention import AttentionBackend, TorchAttention
+from backend.executor.kernels import TritonAttention
+from backend.loading.loader import LoadedModel, load_model
 
 
 def nano_vllm_workload(num_requests: int = 256, seed: int = 0) -> list[tuple[list[int], SamplingParams]]:

@@ -18,11 +18,11 @@ from typing import Any
 
 import torch
 
-from backend import cpu_linear
-from backend.attention import AttentionMetadata
-from backend.loader import load_model
-from backend.model import DecoderLayer, LlamaModel
-from backend.model_cache import pull
+from backend.executor import cpu_linear
+from backend.executor.attention import AttentionMetadata
+from backend.executor.model import DecoderLayer, LlamaModel
+from backend.loading.loader import load_model
+from backend.loading.model_cache import pull
 
 BLOCK = 16
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from backend.engine import Engine, EngineConfig
-from backend.model_cache import pull
-from backend.sampling_params import SamplingParams
+from backend.engine.core import Engine, EngineConfig
+from backend.engine.sampling_params import SamplingParams
+from backend.loading.model_cache import pull
 
 
 @dataclass(slots=True)

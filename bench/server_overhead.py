@@ -27,11 +27,11 @@ from pathlib import Path
 
 import httpx
 
-from backend.engine import Engine
-from backend.engine_config import EngineConfig
-from backend.model_cache import pull
-from backend.records import GenerateRequest
-from backend.sampling_params import SamplingParams
+from backend.engine.core import Engine
+from backend.engine.engine_config import EngineConfig
+from backend.engine.records import GenerateRequest
+from backend.engine.sampling_params import SamplingParams
+from backend.loading.model_cache import pull
 
 
 @dataclass(slots=True)

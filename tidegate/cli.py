@@ -18,7 +18,7 @@ from config import Settings, SettingsError, load_settings
 # subcommand -> (module that implements it, what the user is told when that tier is missing)
 TIERS = {
     "up": ("tidegate.up", "the local stack"),
-    "backend": ("backend.server", "the backend server"),
+    "backend": ("backend.server.app", "the backend server"),
     "gateway": ("gateway.server", "the gateway"),
     "admin": ("gateway.admin_cli", "the admin client"),
     "bench": ("bench.cli", "the load generator"),
@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "model":
-            from backend.model_cache import ModelCacheError, pull
+            from backend.loading.model_cache import ModelCacheError, pull
 
             try:
                 print(pull(args.name, load_settings().resolved_model_dir()))
