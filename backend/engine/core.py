@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import cast
 
 import torch
 
@@ -16,12 +17,13 @@ from backend.engine.block_pool import BlockPool
 from backend.engine.engine_config import EngineConfig
 from backend.engine.errors import EngineOverloaded, InvalidRequest, QueueTimeout
 from backend.engine.host import in_passing_thread, keep_freed_memory
+from backend.engine.output import TextOutput, finish_reason
 from backend.engine.records import Completion, Delta, EngineStats, GenerateRequest
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.scheduler import Scheduler
 from backend.engine.sequence import FinishReason, Sequence, SequenceStatus
 from backend.executor.runner import ModelRunner, kv_block_bytes
-from backend.executor.sampler import Sampler, TextOutput, finish_reason
+from backend.executor.sampler import Sampler
 from backend.loading.loader import LoadedModel, load_model
 from backend.loading.tokenizer import IncrementalDetokenizer
 
@@ -198,8 +200,9 @@ class Engine:
         if not batch:
             return False
         with torch.inference_mode():
-            logits, sampling = self.runner.run(batch)
-            tokens = self.sampler(logits, sampling)
+            logits, sampled = self.runner.run(batch)
+            tokens = self.sampler(logits, sampled)
+        sampling = cast("list[Sequence]", sampled)  # the runner hands back the batch's own sequences
         now = time.monotonic()
         with self._lock:
             self.scheduler.advance(batch)

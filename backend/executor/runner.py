@@ -6,9 +6,9 @@ import logging
 
 import torch
 
-from backend.engine.scheduler import ScheduledBatch
-from backend.engine.sequence import Sequence
 from backend.executor.attention import AttentionMetadata
+from backend.executor.batch import StepBatch as ScheduledBatch
+from backend.executor.batch import StepSequence as Sequence
 from backend.executor.cuda_graphs import DecodeGraphs
 from backend.executor.model import LlamaModel
 from backend.executor.model_config import ModelConfig

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from backend.engine.output import TextOutput, finish_reason
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.sequence import FinishReason, Sequence
-from backend.executor.sampler import Sampler, TextOutput, finish_reason
+from backend.executor.sampler import Sampler
 
 EOS = 2
 VOCAB = 50
