@@ -1,6 +1,6 @@
 """Settings for every tier, from defaults, an optional YAML file, `TIDEGATE_*` variables and flags."""
 
-from config.backend import BackendSettings
+from config.backend import BackendSettings, EngineSettings
 from config.gateway import Breaker, Channel, GatewaySettings, PriorityClass, Retries, Timeouts, Tracing
 from config.settings import Settings, SettingsError, load_settings
 from config.stores import OnRedisDown, RedisDownPolicy, StoreSettings
@@ -9,6 +9,7 @@ __all__ = [
     "BackendSettings",
     "Breaker",
     "Channel",
+    "EngineSettings",
     "GatewaySettings",
     "OnRedisDown",
     "PriorityClass",

@@ -1,33 +1,32 @@
-"""Engine settings: what the server derives from config.BackendSettings."""
+"""The engine's configuration: the backend's engine settings and the model file they apply to."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
+
+from config.backend import EngineSettings
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-@dataclass(slots=True)
-class EngineConfig:
-    """Engine settings; the server builds it from config.BackendSettings."""
+class EngineConfig(EngineSettings):
+    """`config.EngineSettings` (the one definition of every engine field and default) plus the model path."""
 
     model_path: Path
-    device: str = "cpu"
-    dtype: str = "auto"  # float32 on CPU, bfloat16 on GPU
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 1024
-    max_model_len: int | None = None
-    block_size: int = 16
-    kv_cache_memory: int = 512 * 1024 * 1024
-    enable_prefix_caching: bool = True
-    cuda_graphs: bool = True  # on CUDA with graph-safe attention: decode steps replay captured graphs
-    max_waiting: int = 256
-    max_waiting_tokens: int = 262144
-    queue_timeout: float = 30.0
-    threads: int | None = None
+
+    def __init__(self, model_path: Path | str | None = None, /, **fields: Any) -> None:
+        # The model path may also come first, positionally: it is the one field without a default.
+        if model_path is not None:
+            fields["model_path"] = model_path
+        super().__init__(**fields)
+
+    @classmethod
+    def for_model(cls, settings: EngineSettings, model_path: Path) -> EngineConfig:
+        """The engine part of a replica's settings (a BackendSettings is one), for one model file."""
+        return cls(model_path, **settings.model_dump(include=set(EngineSettings.model_fields)))
 
     def torch_dtype(self) -> torch.dtype:
         if self.dtype == "auto":

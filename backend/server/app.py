@@ -50,17 +50,6 @@ def served_model_name(settings: BackendSettings, model_path: Path) -> str:
     return model_path.name if model_path.is_dir() else model_path.stem
 
 
-def engine_config(settings: BackendSettings, model_path: Path) -> EngineConfig:
-    return EngineConfig(
-        model_path=model_path, device=settings.device, dtype=settings.dtype, max_num_seqs=settings.max_num_seqs,
-        max_num_batched_tokens=settings.max_num_batched_tokens, max_model_len=settings.max_model_len,
-        block_size=settings.block_size, kv_cache_memory=int(settings.kv_cache_memory),
-        enable_prefix_caching=settings.enable_prefix_caching, cuda_graphs=settings.cuda_graphs,
-        max_waiting=settings.max_waiting,
-        max_waiting_tokens=settings.max_waiting_tokens, queue_timeout=settings.queue_timeout,
-        threads=settings.threads)
-
-
 class BackendServer:
     """Owns the engine's lifecycle and the routes; `app` is the ASGI application."""
 
@@ -139,7 +128,7 @@ class BackendServer:
         """Load the model off the event loop, warm it up with one real request, then open for traffic."""
         started = time.monotonic()
         try:
-            self.engine = await asyncio.to_thread(Engine, engine_config(self.settings, self.model_path))
+            self.engine = await asyncio.to_thread(Engine, EngineConfig.for_model(self.settings, self.model_path))
             self.engine.start()
             await self._warm_up(self.engine)
         except Exception as exc:
