@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench import gpu_check
-from bench.gpu_throughput import nano_vllm_workload
+from bench.experiments.gpu_throughput import nano_vllm_workload
 
 
 def test_nano_vllm_workload_is_reproducible_and_in_range() -> None:

@@ -1,6 +1,6 @@
 """Time of one engine-shaped decode step of the model, alone: B sequences, each C tokens of context.
 
-    .venv/bin/python -m bench.decode_step --batch 32 --context 320 --threads 2
+    .venv/bin/python -m bench.experiments.decode_step --batch 32 --context 320 --threads 2
 
 The model runs its forward and logits over a paged cache with each sequence's blocks scattered through the
 pool, as the runner does, with fresh metadata per step. Reports the median step, the median time of the

@@ -18,7 +18,7 @@ from backend.executor.cuda_graphs import DecodeGraphs
 from backend.executor.kernels import TritonAttention
 from backend.executor.model import LlamaModel
 from backend.executor.model_config import ModelConfig
-from bench.gpu_timing import cuda_time_ms
+from bench.experiments.gpu_timing import cuda_time_ms
 
 LLAMA3_8B = ModelConfig(
     architecture="llama",

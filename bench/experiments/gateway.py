@@ -5,7 +5,10 @@ the median latency at concurrency 1, from which the instant upstream's own media
 same run) is subtracted to give the latency each proxy adds. tidegate runs with auth, Redis admission,
 routing and a usage write on every request; LiteLLM with a master key and no database.
 
-    python -m bench.gateway --duration 10 --litellm /tmp/litellm-venv/bin/litellm --workers 1,2 --json out.json
+    python -m bench.experiments.gateway --duration 10 --litellm LITELLM --workers 1,2 --json out.json
+
+where LITELLM is the `litellm` executable of a separate virtual environment (`python -m venv VENV &&
+VENV/bin/pip install 'litellm[proxy]==1.108.7'` gives VENV/bin/litellm); without --litellm only tidegate runs.
 """
 
 from __future__ import annotations
@@ -173,13 +176,13 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args()
     if shutil.which("wrk") is None or shutil.which("redis-server") is None:
-        sys.exit("bench.gateway needs wrk and redis-server on PATH")
+        sys.exit("bench.experiments.gateway needs wrk and redis-server on PATH")
     with tempfile.TemporaryDirectory(prefix="tidegate-bench-") as tmp:
         workdir = Path(tmp)
         stack = Stack(workdir)
         try:
             upstream_port, redis_port = free_port(), free_port()
-            instant = stack.spawn([sys.executable, "-m", "bench.instant_upstream", "--port", str(upstream_port)])
+            instant = stack.spawn([sys.executable, "-m", "bench.experiments.instant_upstream", "--port", str(upstream_port)])
             stack.spawn(["redis-server", "--port", str(redis_port), "--save", "", "--appendonly", "no"])
             upstream = f"http://127.0.0.1:{upstream_port}"
             wait_for_health(upstream + "/health", 120, instant)

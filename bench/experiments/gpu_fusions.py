@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 from backend.executor.kernels import add_rms_norm, apply_rotary, build_cos_sin_cache, silu_and_mul
 from backend.executor.model import RMSNorm, RotaryEmbedding, _rotate
-from bench.gpu_decode import LLAMA3_8B
-from bench.gpu_timing import cuda_time_ms
+from bench.experiments.gpu_decode import LLAMA3_8B
+from bench.experiments.gpu_timing import cuda_time_ms
 
 
 def _pair(torch_fn: Callable[[], object], fused_fn: Callable[[], object]) -> tuple[float, float]:

@@ -1,7 +1,7 @@
 """What the backend server costs on top of its engine: the same closed-loop workload, run in-process through
 `Engine.generate()` (the baseline) and over HTTP+SSE through a real `tidegate backend` subprocess.
 
-    .venv/bin/python -m bench.server_overhead --concurrency 8 --num-requests 48 --input-len 64 --output-len 32
+    .venv/bin/python -m bench.experiments.server_overhead --concurrency 8 --num-requests 48 --input-len 64 --output-len 32
 
 Both sides get the same prompts (token ids, so tokenization is not compared), ignore EOS so every request
 produces exactly `--output-len` tokens, and use the same torch thread count. TTFT is measured to the first
