@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from backend.engine.core import Engine
     from backend.engine.engine_config import EngineConfig
-    from backend.engine.errors import EngineOverloaded, InvalidRequest, QueueTimeout
+    from backend.engine.errors import EngineOverloaded, InvalidGenerateRequest, QueueTimeout
     from backend.engine.records import Completion, Delta, EngineStats, GenerateRequest
     from backend.engine.sampling_params import SamplingParams
 
@@ -24,7 +24,7 @@ _EXPORTS = {
     "EngineOverloaded": "backend.engine.errors",
     "EngineStats": "backend.engine.records",
     "GenerateRequest": "backend.engine.records",
-    "InvalidRequest": "backend.engine.errors",
+    "InvalidGenerateRequest": "backend.engine.errors",
     "QueueTimeout": "backend.engine.errors",
     "SamplingParams": "backend.engine.sampling_params",
 }
@@ -37,7 +37,7 @@ __all__ = [
     "EngineOverloaded",
     "EngineStats",
     "GenerateRequest",
-    "InvalidRequest",
+    "InvalidGenerateRequest",
     "QueueTimeout",
     "SamplingParams",
 ]

@@ -15,9 +15,9 @@ import torch
 
 from backend.engine.block_pool import BlockPool
 from backend.engine.engine_config import EngineConfig
-from backend.engine.errors import EngineOverloaded, InvalidRequest, QueueTimeout
+from backend.engine.errors import EngineOverloaded, InvalidGenerateRequest, QueueTimeout
 from backend.engine.host import in_passing_thread, keep_freed_memory
-from backend.engine.output import TextOutput, finish_reason
+from backend.engine.output import TextOutput, delta, finish_reason, step_text
 from backend.engine.records import Completion, Delta, EngineStats, GenerateRequest
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.scheduler import Scheduler
@@ -71,7 +71,10 @@ class Engine:
         )
         self.sampler = Sampler(self.tokenizer.eos_token_ids)
         self._eos = frozenset(self.tokenizer.eos_token_ids)
-        self._lock = threading.Condition()  # guards the scheduler, the pool and _seqs
+        self._lock = threading.Condition()  # guards the scheduler, the pool, _seqs and _outputs
+        # Held while outputs are detokenized and delivered, outside _lock; taken before _lock, never after.
+        self._output_lock = threading.Lock()
+        self._outputs: list[tuple[Sequence, int]] = []  # tokens sampled but not yet turned into deltas
         self._seqs: dict[str, Sequence] = {}
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -87,17 +90,19 @@ class Engine:
 
     def shutdown(self) -> None:
         """Stop the step loop; running requests end with finish_reason "abort"."""
-        with self._lock:
+
+        def stop() -> None:
             self._stopping = True
-            for request_id in list(self._seqs):
-                self._abort_locked(request_id)
+            self._abort_all_locked()
             self._lock.notify_all()
+
+        self._process_outputs(then=stop)
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
-        """Stream a request's deltas. Raises InvalidRequest or EngineOverloaded before it is queued, and
+        """Stream a request's deltas. Raises InvalidGenerateRequest or EngineOverloaded before it is queued, and
         QueueTimeout if it cannot start in time. Closing the iterator early aborts the request."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Delta | QueueTimeout] = asyncio.Queue()
@@ -126,8 +131,7 @@ class Engine:
 
     def abort(self, request_id: str) -> None:
         """End a request now (waiting or running) and free its blocks; unknown ids are ignored."""
-        with self._lock:
-            self._abort_locked(request_id)
+        self._process_outputs(then=lambda: self._abort_locked(request_id))
 
     def generate_offline(
         self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]
@@ -135,7 +139,7 @@ class Engine:
         """Run a batch job to completion (in the step thread if started, else in the caller's thread)."""
         all_params = params if isinstance(params, list) else [params] * len(prompts)
         if len(all_params) != len(prompts):
-            raise InvalidRequest(f"{len(prompts)} prompts but {len(all_params)} sampling params")
+            raise InvalidGenerateRequest(f"{len(prompts)} prompts but {len(all_params)} sampling params")
         deltas: list[list[Delta]] = [[] for _ in prompts]
         remaining = [len(prompts)]
         all_done = threading.Event()
@@ -190,7 +194,10 @@ class Engine:
             )
 
     def step(self) -> bool:
-        """Schedule, run and sample one step, then deliver its deltas; False if there was nothing to run."""
+        """Schedule, run and sample one step, then deliver its deltas; False if there was nothing to run.
+
+        Under the lock the step only appends the sampled ids and ends sequences by stop token or length;
+        detokenizing, stop strings and delivery follow outside it, before the next step is scheduled."""
         with self._lock:
             for seq in self.scheduler.expire(time.monotonic()):
                 self._seqs.pop(seq.request_id, None)
@@ -210,6 +217,7 @@ class Engine:
                 if seq.status is SequenceStatus.RUNNING:  # not aborted while the step ran
                     self._append(seq, token_id, now)
             self._steps += 1
+        self._process_outputs()
         return True
 
     # -- internals ------------------------------------------------------------------------------------
@@ -231,7 +239,7 @@ class Engine:
             if self._stopping:
                 raise EngineOverloaded("engine is shutting down", retry_after=1.0)
             if request.request_id in self._seqs:
-                raise InvalidRequest(f"request_id {request.request_id!r} is already in flight")
+                raise InvalidGenerateRequest(f"request_id {request.request_id!r} is already in flight")
             self.scheduler.add(seq, bounded=bounded)
             self._seqs[request.request_id] = seq
             self._lock.notify_all()
@@ -240,16 +248,16 @@ class Engine:
         try:
             request.params.validate()
         except ValueError as exc:
-            raise InvalidRequest(str(exc)) from None
+            raise InvalidGenerateRequest(str(exc)) from None
         prompt = request.prompt_token_ids
         if not prompt:
-            raise InvalidRequest("the prompt is empty")
+            raise InvalidGenerateRequest("the prompt is empty")
         vocab = self.model_config.vocab_size
         if min(prompt) < 0 or max(prompt) >= vocab:
-            raise InvalidRequest(f"prompt token ids must be in [0, {vocab})")
+            raise InvalidGenerateRequest(f"prompt token ids must be in [0, {vocab})")
         total = len(prompt) + request.params.max_tokens
         if total > self.max_model_len:
-            raise InvalidRequest(
+            raise InvalidGenerateRequest(
                 f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
                 f"{total} tokens ({len(prompt)} in the prompt, {request.params.max_tokens} in the completion)."
             )
@@ -260,18 +268,34 @@ class Engine:
             seq.timings.first_token = now
         seq.timings.token_times.append(now)
         reason = finish_reason(seq, token_id, self._eos)
-        if reason is FinishReason.STOP:  # a stop token: its text is not part of the output
-            text = seq.output.flush()
-        else:
-            text, stopped = seq.output.push(token_id, seq.num_completion_tokens >= seq.params.min_tokens)
-            if stopped:
-                reason = FinishReason.STOP
-            elif reason is FinishReason.LENGTH:
-                text += seq.output.flush()
         if reason is not None:
-            self.scheduler.finish(seq, reason)
-            self._seqs.pop(seq.request_id, None)
-        self._deliver(seq, text, [token_id])
+            self._finish_locked(seq, reason)
+        self._outputs.append((seq, token_id))
+
+    def _process_outputs(self, then: Callable[[], None] | None = None) -> None:
+        """Turn the sampled tokens into deltas outside the engine lock; once none are left, run `then` under
+        the lock, so that an abort's final delta always follows the deltas of the steps before it."""
+        with self._output_lock:
+            while True:
+                with self._lock:
+                    outputs, self._outputs = self._outputs, []
+                    if not outputs:
+                        if then is not None:
+                            then()
+                        return
+                for seq, token_id in outputs:
+                    text, stopped = step_text(seq, token_id)
+                    if stopped:
+                        with self._lock:
+                            self._finish_locked(seq, FinishReason.STOP)
+                    self._deliver(seq, text, [token_id])
+
+    def _finish_locked(self, seq: Sequence, reason: FinishReason) -> None:
+        if seq.is_finished:  # the token that reached max_tokens completed a stop string: "stop" wins
+            seq.finish_reason = reason
+            return
+        self.scheduler.finish(seq, reason)
+        self._seqs.pop(seq.request_id, None)
 
     def _abort_locked(self, request_id: str) -> None:
         seq = self._seqs.pop(request_id, None)
@@ -280,22 +304,13 @@ class Engine:
         self.scheduler.finish(seq, FinishReason.ABORT)
         self._deliver(seq, "", [])
 
+    def _abort_all_locked(self) -> None:
+        for request_id in list(self._seqs):
+            self._abort_locked(request_id)
+
     def _deliver(self, seq: Sequence, text: str, token_ids: list[int]) -> None:
-        if seq.sink is None:
-            return
-        finished = seq.finish_reason.value if seq.finish_reason is not None else None
-        seq.sink(
-            Delta(
-                request_id=seq.request_id,
-                text=text,
-                token_ids=token_ids,
-                finish_reason=finished,
-                prompt_tokens=seq.num_prompt_tokens,
-                completion_tokens=seq.num_completion_tokens,
-                cached_tokens=seq.num_cached_tokens,
-                timings=seq.timings if finished else None,
-            )
-        )
+        if seq.sink is not None:
+            seq.sink(delta(seq, text, token_ids))
 
     def _loop(self) -> None:
         while True:
@@ -309,7 +324,5 @@ class Engine:
                     time.sleep(0.005)  # waiting requests that cannot start yet: poll, do not spin
             except Exception:  # a failed step must not kill the loop: end what was in flight
                 log.exception("engine step failed; aborting in-flight requests")
-                with self._lock:
-                    for request_id in list(self._seqs):
-                        self._abort_locked(request_id)
+                self._process_outputs(then=self._abort_all_locked)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-class InvalidRequest(ValueError):
+class InvalidGenerateRequest(ValueError):
     """The request can never run as given (empty prompt, too long, bad parameters): a 400."""
 
 

@@ -1,9 +1,14 @@
-"""The engine's output processing: a request's text, cut at its stop strings, and its finish reason."""
+"""The engine's output processing: a request's text, cut at its stop strings, its finish reason, its deltas.
+
+`finish_reason` runs under the engine lock (it needs only token ids); `step_text`, which detokenizes and
+searches for stop strings, runs outside it on the sequence's own output state.
+"""
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from backend.engine.records import Delta
 from backend.engine.sequence import FinishReason, Sequence
 
 
@@ -53,3 +58,29 @@ def finish_reason(seq: Sequence, token_id: int, eos_token_ids: frozenset[int]) -
     if seq.num_completion_tokens >= params.max_tokens:
         return FinishReason.LENGTH
     return None
+
+
+def step_text(seq: Sequence, token_id: int) -> tuple[str, bool]:
+    """The text made final by the token just appended, and whether a stop string ended the output there."""
+    output: TextOutput = seq.output
+    if seq.finish_reason is FinishReason.STOP:  # a stop token: its text is not part of the output
+        return output.flush(), False
+    text, stopped = output.push(token_id, seq.num_completion_tokens >= seq.params.min_tokens)
+    if not stopped and seq.finish_reason is FinishReason.LENGTH:
+        text += output.flush()
+    return text, stopped
+
+
+def delta(seq: Sequence, text: str, token_ids: list[int]) -> Delta:
+    """One step's news for a request; the final one carries the finish reason and the timings."""
+    finished = seq.finish_reason.value if seq.finish_reason is not None else None
+    return Delta(
+        request_id=seq.request_id,
+        text=text,
+        token_ids=token_ids,
+        finish_reason=finished,
+        prompt_tokens=seq.num_prompt_tokens,
+        completion_tokens=seq.num_completion_tokens,
+        cached_tokens=seq.num_cached_tokens,
+        timings=seq.timings if finished else None,
+    )

@@ -1,4 +1,4 @@
-"""OpenAI request parsing: a JSON body becomes one validated `OpenAIRequest`, or an `ApiError` (400).
+"""OpenAI request parsing: a JSON body becomes one validated `ValidatedRequest`, or an `ApiError` (400).
 
 Parsing needs no tokenizer; the server tokenizes the prompt afterwards and checks it with
 `check_token_ids` and `resolve_max_tokens`, which also live here so every rule about a request is in one place.
@@ -26,7 +26,7 @@ class Endpoint(Enum):
 
 
 @dataclass(slots=True)
-class OpenAIRequest:
+class ValidatedRequest:
     """One validated request; exactly one of `prompt` (completions) and `messages` (chat) is set."""
 
     endpoint: Endpoint
@@ -74,13 +74,13 @@ def decode_json(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def parse_request(body: dict[str, Any], endpoint: Endpoint) -> OpenAIRequest:
+def parse_request(body: dict[str, Any], endpoint: Endpoint) -> ValidatedRequest:
     """Validate every field this server reads; refuse the OpenAI features it does not implement."""
     _refuse_unsupported(body, endpoint)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise invalid("`model` is required and must be a non-empty string", "model")
-    req = OpenAIRequest(endpoint=endpoint, model=model)
+    req = ValidatedRequest(endpoint=endpoint, model=model)
     if endpoint is Endpoint.CHAT:
         req.messages = _messages(body.get("messages"))
         max_tokens = _int(body, "max_completion_tokens", lo=1)
@@ -116,7 +116,7 @@ def check_token_ids(ids: list[int], vocab_size: int, param: str) -> None:
         raise invalid(f"token id {bad} in `{param}` is outside the vocabulary [0, {vocab_size})", param)
 
 
-def resolve_max_tokens(req: OpenAIRequest, prompt_len: int, max_model_len: int) -> int:
+def resolve_max_tokens(req: ValidatedRequest, prompt_len: int, max_model_len: int) -> int:
     """The completion budget; prompt plus max_tokens beyond the context window is a 400, as in OpenAI."""
     param = "messages" if req.endpoint is Endpoint.CHAT else "prompt"
     if prompt_len == 0:

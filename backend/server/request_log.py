@@ -25,7 +25,7 @@ def request_id_from(headers: Any) -> str:
 
 
 @dataclass(slots=True)
-class RequestRecord:
+class RequestLogLine:
     """What the log line says about one request; filled in as the request goes, written once."""
 
     request_id: str

@@ -16,19 +16,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from backend.engine.errors import EngineOverloaded, InvalidRequest, QueueTimeout
+from backend.engine.errors import EngineOverloaded, InvalidGenerateRequest, QueueTimeout
 from backend.engine.records import Delta, GenerateRequest
 from backend.server import sse
 from backend.server.api_errors import ApiError, internal, invalid, model_not_found, too_large, unavailable
 from backend.server.protocol import (
     Endpoint,
-    OpenAIRequest,
+    ValidatedRequest,
     check_token_ids,
     decode_json,
     parse_request,
     resolve_max_tokens,
 )
-from backend.server.request_log import CLIENT_GONE, RequestRecord, request_id_from
+from backend.server.request_log import CLIENT_GONE, RequestLogLine, request_id_from
 from backend.server.responses import ResponseBuilder, usage
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class OpenAIServing:
         self.engine: Engine | None = None  # set once the model is loaded and warmed up
 
     async def handle(self, request: Request, endpoint: Endpoint) -> Response:
-        record = RequestRecord(request_id_from(request.headers), endpoint.value,
+        record = RequestLogLine(request_id_from(request.headers), endpoint.value,
                                traceparent=request.headers.get("traceparent"))
         try:
             response = await self._serve(request, endpoint, record)
@@ -81,7 +81,7 @@ class OpenAIServing:
             record.write()  # a stream writes its record when it ends
         return response
 
-    async def _serve(self, request: Request, endpoint: Endpoint, record: RequestRecord) -> Response:
+    async def _serve(self, request: Request, endpoint: Endpoint, record: RequestLogLine) -> Response:
         req = parse_request(decode_json(await read_body(request, self.max_body_bytes)), endpoint)
         record.stream = req.stream
         if req.model != self.served_model:
@@ -103,7 +103,7 @@ class OpenAIServing:
         deltas = engine.generate(gen)
         try:
             first = await self._until_disconnect(request, anext(deltas), gen.request_id)
-        except (EngineOverloaded, QueueTimeout, InvalidRequest) as exc:
+        except (EngineOverloaded, QueueTimeout, InvalidGenerateRequest) as exc:
             raise self._engine_refusal(exc) from None
         if req.stream:
             return sse.EventStreamResponse(self._events(first, deltas, builder, record))
@@ -114,7 +114,7 @@ class OpenAIServing:
         assert last.finish_reason is not None
         return JSONResponse(builder.response(text, last.finish_reason, usage_of(last)))
 
-    def _prompt_ids(self, engine: Engine, req: OpenAIRequest) -> list[int]:
+    def _prompt_ids(self, engine: Engine, req: ValidatedRequest) -> list[int]:
         tok = engine.tokenizer
         if req.messages is not None:
             try:
@@ -144,7 +144,7 @@ class OpenAIServing:
         return task.result()
 
     async def _collect(self, first: Delta, deltas: AsyncIterator[Delta],
-                       record: RequestRecord) -> tuple[str, Delta]:
+                       record: RequestLogLine) -> tuple[str, Delta]:
         parts: list[str] = []
         delta = first
         while True:
@@ -156,7 +156,7 @@ class OpenAIServing:
             delta = await anext(deltas)
 
     async def _events(self, first: Delta, deltas: AsyncIterator[Delta], builder: ResponseBuilder,
-                      record: RequestRecord) -> AsyncGenerator[bytes, None]:
+                      record: RequestLogLine) -> AsyncGenerator[bytes, None]:
         """The SSE body; its `finally` runs on every exit, including the client's disconnect."""
         last: Delta | None = None
         try:
@@ -175,7 +175,7 @@ class OpenAIServing:
                     break
                 try:
                     delta = await anext(deltas)
-                except (EngineOverloaded, QueueTimeout, InvalidRequest) as exc:
+                except (EngineOverloaded, QueueTimeout, InvalidGenerateRequest) as exc:
                     err = self._engine_refusal(exc)
                     record.failed(err.status, err.message)
                     yield sse.error_event(err)
@@ -193,7 +193,7 @@ class OpenAIServing:
                     record.failed(CLIENT_GONE, "client disconnected")
             self._finished(record, last)
 
-    def _finished(self, record: RequestRecord, last: Delta | None) -> None:
+    def _finished(self, record: RequestLogLine, last: Delta | None) -> None:
         if last is not None:
             record.completion_tokens = last.completion_tokens
             record.cached_tokens = last.cached_tokens
@@ -214,7 +214,7 @@ class OpenAIServing:
             self.metrics.request_finished(record.prompt_tokens, 0, "abort", None)
         record.write()
 
-    def _internal_error(self, record: RequestRecord, exc: Exception) -> ApiError:
+    def _internal_error(self, record: RequestLogLine, exc: Exception) -> ApiError:
         """Log a failure that is ours, not the client's, with its request id; the client sees a plain 500."""
         log.error("internal error in request %s: %r", record.request_id, exc,
                   exc_info=not isinstance(exc, EngineAborted))
@@ -223,7 +223,7 @@ class OpenAIServing:
         return err
 
     def _engine_refusal(self, exc: Exception) -> ApiError:
-        if isinstance(exc, InvalidRequest):
+        if isinstance(exc, InvalidGenerateRequest):
             return invalid(str(exc))
         reason = "queue_timeout" if isinstance(exc, QueueTimeout) else "overloaded"
         self.metrics.request_rejected(reason)
@@ -253,7 +253,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def prompt_chars(req: OpenAIRequest) -> int:
+def prompt_chars(req: ValidatedRequest) -> int:
     if req.messages is not None:
         return sum(len(m["content"]) for m in req.messages)
     return len(req.prompt) if isinstance(req.prompt, str) else 0

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from backend.engine.core import Delta, Engine, GenerateRequest
-from backend.engine.errors import EngineOverloaded, InvalidRequest, QueueTimeout
+from backend.engine.errors import EngineOverloaded, InvalidGenerateRequest, QueueTimeout
 from backend.engine.sampling_params import SamplingParams
 from backend.executor.runner import kv_block_bytes
 from tests.backend import engine_fixtures
@@ -109,7 +109,7 @@ async def test_bad_requests_are_refused_before_touching_the_cache(make_engine: A
         GenerateRequest("params", [1, 2, 3], broken),
     ]
     for request in cases:
-        with pytest.raises(InvalidRequest):
+        with pytest.raises(InvalidGenerateRequest):
             await collect(engine, request)
     with pytest.raises(ValueError):
         SamplingParams(temperature=-1.0)

@@ -1,12 +1,11 @@
-"""Sampler and stop handling: greedy, top-k/top-p, seeds independent of the batch, min_tokens, stop strings."""
+"""Sampler: greedy, top-k/top-p, seeds independent of the batch, min_tokens masking EOS and stop tokens."""
 
 from __future__ import annotations
 
 import torch
 
-from backend.engine.output import TextOutput, finish_reason
 from backend.engine.sampling_params import SamplingParams
-from backend.engine.sequence import FinishReason, Sequence
+from backend.engine.sequence import Sequence
 from backend.executor.sampler import Sampler
 
 EOS = 2
@@ -77,58 +76,3 @@ def test_seeded_rows_draw_the_same_whatever_else_is_in_the_batch() -> None:
     alone = draws(target_row, 0, 0)
     crowded = torch.cat([logits_for(2, seed=1), target_row, logits_for(3, seed=2)])
     assert draws(crowded, 2, 5) == alone
-
-
-class CharDetokenizer:
-    """Token id n is the character chr(n): enough to drive TextOutput through real pushes."""
-
-    def push(self, token_id: int) -> str:
-        return chr(token_id)
-
-    def flush(self) -> str:
-        return ""
-
-
-def feed(output: TextOutput, text: str) -> tuple[str, bool]:
-    emitted = ""
-    for ch in text:
-        piece, stopped = output.push(ord(ch), True)
-        emitted += piece
-        if stopped:
-            return emitted, True
-    return emitted + output.flush(), False
-
-
-def test_stop_string_spanning_tokens_is_trimmed_and_never_leaks() -> None:
-    output = TextOutput(CharDetokenizer(), ["END", "halt"])
-    assert output.push(ord("h"), True) == ("", False)  # held back: it could begin "halt"
-    assert output.push(ord("a"), True) == ("", False)
-    output = TextOutput(CharDetokenizer(), ["END", "halt"])
-    assert feed(output, "hello wENorld, ENDING") == ("hello wENorld, ", True)
-
-
-def test_earliest_stop_string_wins() -> None:
-    output = TextOutput(CharDetokenizer(), ["xyz", "yz!"])
-    assert feed(output, "abxyz!") == ("ab", True)
-
-
-def test_without_stop_strings_text_flows_through_immediately() -> None:
-    output = TextOutput(CharDetokenizer(), [])
-    assert output.push(ord("q"), True) == ("q", False)
-
-
-def test_stop_strings_are_ignored_until_checking_is_allowed() -> None:
-    output = TextOutput(CharDetokenizer(), ["ab"])
-    assert output.push(ord("a"), False) == ("", False)
-    text, stopped = output.push(ord("b"), False)
-    assert not stopped
-    assert text + output.push(ord("c"), True)[0] + output.flush() == "abc"
-
-
-def test_finish_reason_for_eos_stop_ids_length_and_ignore_eos() -> None:
-    eos = frozenset({EOS})
-    assert finish_reason(make_seq(SamplingParams(max_tokens=5), 1), EOS, eos) is FinishReason.STOP
-    assert finish_reason(make_seq(SamplingParams(max_tokens=5, ignore_eos=True), 1), EOS, eos) is None
-    assert finish_reason(make_seq(SamplingParams(max_tokens=5, stop_token_ids=[8]), 1), 8, eos) is FinishReason.STOP
-    assert finish_reason(make_seq(SamplingParams(max_tokens=5), 5), 9, eos) is FinishReason.LENGTH
-    assert finish_reason(make_seq(SamplingParams(max_tokens=5, min_tokens=3), 2), EOS, eos) is None

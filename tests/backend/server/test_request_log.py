@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from backend.server.request_log import JsonLineFormatter, RequestRecord, request_id_from
+from backend.server.request_log import JsonLineFormatter, RequestLogLine, request_id_from
 
 
 def test_a_sane_caller_request_id_is_kept_and_anything_else_replaced() -> None:
@@ -19,7 +19,7 @@ def test_a_sane_caller_request_id_is_kept_and_anything_else_replaced() -> None:
 
 
 def test_the_record_is_written_once_as_json_with_its_timings(caplog: pytest.LogCaptureFixture) -> None:
-    record = RequestRecord("r1", "chat", prompt_tokens=5)
+    record = RequestLogLine("r1", "chat", prompt_tokens=5)
     record.token_seen()
     record.completion_tokens, record.finish_reason = 3, "stop"
     with caplog.at_level(logging.INFO, logger="tidegate.backend.requests"):
@@ -35,8 +35,8 @@ def test_the_record_is_written_once_as_json_with_its_timings(caplog: pytest.LogC
 
 def test_failed_requests_are_logged_at_error_level_from_500(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="tidegate.backend.requests"):
-        RequestRecord("a", "completion", status=400).write()
-        bad = RequestRecord("b", "completion")
+        RequestLogLine("a", "completion", status=400).write()
+        bad = RequestLogLine("b", "completion")
         bad.failed(500, "boom")
         bad.write()
     assert [r.levelno for r in caplog.records] == [logging.INFO, logging.ERROR]
