@@ -1,4 +1,5 @@
-"""The inference backend: engine (scheduler, paged KV cache, sampler, model runner) and its OpenAI server.
+"""The inference backend, in layers: server/ (OpenAI HTTP API) -> engine/ (loop, scheduler, paged KV cache,
+output processing) -> executor/ (model runner, model, attention, sampler); loading/ builds what the engine runs.
 
 The engine's public names are re-exported here lazily, so that light modules of this package (the model
 cache, used by the CLI) do not pay for importing torch.

@@ -25,11 +25,14 @@ class EngineSettings(BaseModel):
     max_num_batched_tokens: int = Field(default=1024, ge=16, description="token budget of one step")
     max_model_len: int | None = Field(default=None, ge=16, description="context window (default: the model's)")
     block_size: int = Field(default=16, ge=1, le=256, description="tokens per KV block")
-    kv_cache_memory: ByteSize = Field(default=ByteSize(512 * 1024 * 1024), description="KV pool size, e.g. 512MiB")
-    enable_prefix_caching: bool = Field(default=True, description="reuse the KV blocks of identical prompt prefixes")
+    kv_cache_memory: ByteSize = Field(
+        default=ByteSize(512 * 1024 * 1024), description="KV pool size, e.g. 512MiB")
+    enable_prefix_caching: bool = Field(
+        default=True, description="reuse the KV blocks of identical prompt prefixes")
     cuda_graphs: bool = Field(default=True, description="replay decode steps as captured CUDA graphs (on CUDA)")
     max_waiting: int = Field(default=256, ge=1, description="bound of the waiting queue")
-    max_waiting_tokens: int = Field(default=262144, ge=1, description="bound of the waiting queue in prompt tokens")
+    max_waiting_tokens: int = Field(
+        default=262144, ge=1, description="bound of the waiting queue in prompt tokens")
     queue_timeout: float = Field(default=30.0, gt=0, description="seconds a request may wait to start")
     threads: int | None = Field(default=None, ge=1, description="torch CPU threads")
 
@@ -37,10 +40,14 @@ class EngineSettings(BaseModel):
 class BackendSettings(EngineSettings):
     """One replica: the engine's settings, plus the model to serve and the HTTP server's own."""
 
-    model: str = Field(default="smollm2", description="path to a .gguf file or HF folder, or a named model (smollm2)")
-    served_model_name: str | None = Field(default=None, description="the model's name in the API (default: the named model, else the file's stem)")
+    model: str = Field(
+        default="smollm2", description="path to a .gguf file or HF folder, or a named model (smollm2)")
+    served_model_name: str | None = Field(
+        default=None, description="the model's name in the API (default: the named model, else the file's stem)")
     host: str = "127.0.0.1"
     port: int = Field(default=9001, ge=0, le=65535)
-    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, description="largest request body accepted (413 beyond)")
+    max_body_bytes: int = Field(
+        default=4 * 1024 * 1024, ge=1024, description="largest request body accepted (413 beyond)")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    tracing: Tracing = Field(default_factory=Tracing, description="spans per request; service name tidegate-backend")
+    tracing: Tracing = Field(
+        default_factory=Tracing, description="spans per request; service name tidegate-backend")

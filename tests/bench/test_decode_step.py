@@ -1,4 +1,5 @@
-"""bench/experiments/decode_step.py on the real model at tiny sizes: it times a step and the products, in either thread."""
+"""bench/experiments/decode_step.py on the real model at tiny sizes: it times a step and the products, in either
+thread."""
 
 from __future__ import annotations
 
