@@ -150,3 +150,20 @@ def test_detokenizing_runs_outside_the_engine_lock(
     monkeypatch.setattr("backend.engine.core.step_text", checked_step_text)
     [result] = engine.generate_offline([prompt_ids[0]], SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
     assert answered == [True] * 4 and result.finish_reason == "length"
+
+
+async def test_an_abort_ends_the_stream_after_every_token_it_counts(
+    make_engine: Any, prompt_ids: list[list[int]]
+) -> None:
+    engine = make_engine()
+    engine.start()
+    request = GenerateRequest("cut", prompt_ids[0], SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True))
+    deltas = []
+    async for delta in engine.generate(request):
+        deltas.append(delta)
+        if len(deltas) == 3:
+            engine.abort("cut")
+    assert [d.finish_reason for d in deltas].count("abort") == 1 and deltas[-1].finish_reason == "abort"
+    assert deltas[-1].completion_tokens == sum(len(d.token_ids) for d in deltas) < 64
+    stats = engine.stats()
+    assert stats.num_running == 0 and stats.kv_blocks_free == stats.kv_blocks_total
