@@ -1,4 +1,5 @@
-"""The inference backend: engine (scheduler, paged KV cache, sampler, model runner) and its OpenAI server.
+"""The inference backend, in layers: server/ (OpenAI HTTP API) -> engine/ (loop, scheduler, paged KV cache,
+output processing) -> executor/ (model runner, model, attention, sampler); loading/ builds what the engine runs.
 
 The engine's public names are re-exported here lazily, so that light modules of this package (the model
 cache, used by the CLI) do not pay for importing torch.
@@ -10,23 +11,23 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from backend.engine import Engine
-    from backend.engine_config import EngineConfig
-    from backend.errors import EngineOverloaded, InvalidRequest, QueueTimeout
-    from backend.records import Completion, Delta, EngineStats, GenerateRequest
-    from backend.sampling_params import SamplingParams
+    from backend.engine.core import Engine
+    from backend.engine.engine_config import EngineConfig
+    from backend.engine.errors import EngineOverloaded, InvalidGenerateRequest, QueueTimeout
+    from backend.engine.records import Completion, Delta, EngineStats, GenerateRequest
+    from backend.engine.sampling_params import SamplingParams
 
 _EXPORTS = {
-    "Completion": "backend.records",
-    "Delta": "backend.records",
-    "Engine": "backend.engine",
-    "EngineConfig": "backend.engine_config",
-    "EngineOverloaded": "backend.errors",
-    "EngineStats": "backend.records",
-    "GenerateRequest": "backend.records",
-    "InvalidRequest": "backend.errors",
-    "QueueTimeout": "backend.errors",
-    "SamplingParams": "backend.sampling_params",
+    "Completion": "backend.engine.records",
+    "Delta": "backend.engine.records",
+    "Engine": "backend.engine.core",
+    "EngineConfig": "backend.engine.engine_config",
+    "EngineOverloaded": "backend.engine.errors",
+    "EngineStats": "backend.engine.records",
+    "GenerateRequest": "backend.engine.records",
+    "InvalidGenerateRequest": "backend.engine.errors",
+    "QueueTimeout": "backend.engine.errors",
+    "SamplingParams": "backend.engine.sampling_params",
 }
 
 __all__ = [
@@ -37,7 +38,7 @@ __all__ = [
     "EngineOverloaded",
     "EngineStats",
     "GenerateRequest",
-    "InvalidRequest",
+    "InvalidGenerateRequest",
     "QueueTimeout",
     "SamplingParams",
 ]

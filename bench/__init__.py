@@ -14,7 +14,7 @@ from bench.client import Target
 from bench.loadgen import LoadGenerator, LoadProfile, RunResult
 from bench.metrics import Slo, summarize
 from bench.plan import CapacityPlan, plan_capacity
-from bench.records import RequestRecord
+from bench.records import MeasuredRequest
 from bench.report import format_summary, format_sweep, plot_sweep, read_summaries, write_csv, write_json
 from bench.tokenizer import PromptTokenizer, load_tokenizer
 from bench.workloads import RequestSpec, Workload, WorkloadSpec
@@ -23,8 +23,8 @@ __all__ = [
     "CapacityPlan",
     "LoadGenerator",
     "LoadProfile",
+    "MeasuredRequest",
     "PromptTokenizer",
-    "RequestRecord",
     "RequestSpec",
     "RunResult",
     "Slo",

@@ -14,7 +14,7 @@ from bench.loadgen import LoadGenerator, LoadProfile, ProfileError
 from bench.metrics import Slo, SloError, summarize
 from bench.plan import PlanError, plan_capacity
 from bench.progress import Progress
-from bench.records import RequestRecord
+from bench.records import MeasuredRequest
 from bench.report import format_summary, format_sweep, plot_sweep, read_summaries, write_csv, write_json
 from bench.tokenizer import PromptTokenizer, TokenizerError, load_tokenizer
 from bench.workloads import Workload, WorkloadError, WorkloadSpec
@@ -196,5 +196,5 @@ def _with_slo(summary: dict[str, Any], slo: Slo | None) -> dict[str, Any]:
     """Re-judge saved per-request records against `slo` (the saved goodput used the run's own SLO)."""
     if slo is None or "requests" not in summary:
         return summary
-    records = [RequestRecord.from_dict(r) for r in summary["requests"]]
+    records = [MeasuredRequest.from_dict(r) for r in summary["requests"]]
     return summary | summarize(records, summary["duration"], slo)

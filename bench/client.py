@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from bench.records import RequestRecord
+from bench.records import MeasuredRequest
 from bench.workloads import Message, RequestSpec
 
 
@@ -80,7 +80,7 @@ class StreamingClient:
     async def aclose(self) -> None:
         await self.http.aclose()
 
-    async def send(self, body: dict[str, Any], record: RequestRecord, t0: float) -> None:
+    async def send(self, body: dict[str, Any], record: MeasuredRequest, t0: float) -> None:
         """Stream one request; `t0` is the run's perf_counter origin. Never raises for a failed request."""
 
         async def trace(name: str, info: dict[str, Any]) -> None:
@@ -110,7 +110,7 @@ class StreamingClient:
             record.end = time.perf_counter() - t0
 
 
-async def _read_stream(response: httpx.Response, record: RequestRecord, t0: float) -> None:
+async def _read_stream(response: httpx.Response, record: MeasuredRequest, t0: float) -> None:
     buffer = b""
     done = False
     async for data in response.aiter_bytes():
@@ -129,7 +129,7 @@ async def _read_stream(response: httpx.Response, record: RequestRecord, t0: floa
         record.error = "no_tokens"
 
 
-def _handle_event(event: str, record: RequestRecord, now: float) -> bool:
+def _handle_event(event: str, record: MeasuredRequest, now: float) -> bool:
     """Apply one SSE event to `record`; True when it is the final [DONE]."""
     kind = "message"
     data_lines = []

@@ -22,7 +22,7 @@ import numpy as np
 from bench.client import StreamingClient, Target
 from bench.metrics import Slo, summarize
 from bench.progress import Progress
-from bench.records import RequestRecord
+from bench.records import MeasuredRequest
 from bench.workloads import Conversation, Message, Workload
 
 # An open-loop generator keeps up when it sends at least this share of the offered rate.
@@ -79,7 +79,7 @@ class RunResult:
     """Everything one measured run produced; `summary()` turns it into the JSON figures."""
 
     profile: LoadProfile
-    records: list[RequestRecord] = field(default_factory=list)
+    records: list[MeasuredRequest] = field(default_factory=list)
     duration: float = 0.0
     started_at: str = ""
 
@@ -179,7 +179,7 @@ class LoadGenerator:
         async def converse(conversation: Conversation, scheduled: float) -> None:
             history: list[Message] = []
             for turn, spec in enumerate(conversation):
-                record = RequestRecord(index=len(result.records), scheduled=scheduled, turn=turn,
+                record = MeasuredRequest(index=len(result.records), scheduled=scheduled, turn=turn,
                                        input_tokens=spec.input_tokens, requested_output_tokens=spec.output_len)
                 result.records.append(record)
                 await client.send(self.target.body(spec, history), record, t0)

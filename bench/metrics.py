@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.records import RequestRecord
+from bench.records import MeasuredRequest
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 # name in the JSON -> percentile passed to numpy (linear interpolation, as vLLM does)
@@ -55,7 +55,7 @@ class Slo:
                 raise SloError(f"bad SLO {part!r}: {number!r} is not a number of milliseconds") from None
         return cls(**{f"{name}_ms": value for name, value in values.items()})
 
-    def met_by(self, record: RequestRecord) -> bool:
+    def met_by(self, record: MeasuredRequest) -> bool:
         if not record.ok:
             return False
         tpot = record.tpot
@@ -86,7 +86,7 @@ def distribution(name: str, values_s: Sequence[float]) -> dict[str, float]:
     return out
 
 
-def summarize(records: Sequence[RequestRecord], duration: float, slo: Slo | None = None) -> dict[str, Any]:
+def summarize(records: Sequence[MeasuredRequest], duration: float, slo: Slo | None = None) -> dict[str, Any]:
     """The run's figures under vLLM's key names; `duration` is start of the run to its last completion."""
     done = [r for r in records if r.ok]
     failed = [r for r in records if not r.ok]

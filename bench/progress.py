@@ -8,7 +8,7 @@ import sys
 import time
 from typing import TextIO
 
-from bench.records import RequestRecord
+from bench.records import MeasuredRequest
 
 _BAR = 24
 
@@ -30,7 +30,7 @@ class Progress:
         self._t0 = 0.0
         self._task: asyncio.Task[None] | None = None
 
-    def update(self, record: RequestRecord) -> None:
+    def update(self, record: MeasuredRequest) -> None:
         if record.ok:
             self.ok += 1
         else:

@@ -8,7 +8,7 @@ from typing import Any
 
 
 @dataclass(slots=True)
-class RequestRecord:
+class MeasuredRequest:
     """Timestamps are seconds since the run started; the clock of a request starts at `scheduled`.
 
     `scheduled` is when the load profile meant the request to go out, `sent` when its headers actually
@@ -64,5 +64,5 @@ class RequestRecord:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
+    def from_dict(cls, data: dict[str, Any]) -> MeasuredRequest:
         return cls(**data)

@@ -69,7 +69,7 @@ def load_tokenizer(path: Path | None = None) -> PromptTokenizer:
     Cached per path: a sweep, or a script running several benchmarks, pays for loading once.
     """
     if path is None:
-        from backend.model_cache import cached_path
+        from backend.loading.model_cache import cached_path
 
         path = cached_path("smollm2")
         if not path.exists():

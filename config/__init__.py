@@ -1,6 +1,6 @@
 """Settings for every tier, from defaults, an optional YAML file, `TIDEGATE_*` variables and flags."""
 
-from config.backend import BackendSettings
+from config.backend import BackendSettings, EngineSettings
 from config.gateway import (
     REQUEST_EXTRAS,
     Breaker,
@@ -21,6 +21,7 @@ __all__ = [
     "BackendSettings",
     "Breaker",
     "Channel",
+    "EngineSettings",
     "GatewaySettings",
     "OnRedisDown",
     "PriorityClass",

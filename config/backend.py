@@ -1,4 +1,8 @@
-"""Backend (inference replica) settings."""
+"""Backend (inference replica) settings: the one model that the CLI flags, the server and the engine share.
+
+`tidegate backend` generates a flag for every scalar field here (`max_num_seqs` is `--max-num-seqs`; a switch
+that is on by default is `--no-...`, without an `enable_` prefix), so a field's description is its flag's help.
+"""
 
 from __future__ import annotations
 
@@ -9,26 +13,41 @@ from pydantic import BaseModel, ByteSize, ConfigDict, Field
 from config.gateway import Tracing
 
 
-class BackendSettings(BaseModel):
+class EngineSettings(BaseModel):
+    """What the engine is built with; the engine takes these fields as they are."""
+
     model_config = ConfigDict(extra="forbid")
 
-    model: str = "smollm2"  # a path to a .gguf file or an HF folder, or a name from the model cache
-    served_model_name: str | None = None
+    device: Literal["cpu", "cuda"] = "cpu"
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
+        default="auto", description="weights and KV cache dtype (auto: float32 on CPU, bfloat16 on GPU)")
+    max_num_seqs: int = Field(default=64, ge=1, description="most requests in one step")
+    max_num_batched_tokens: int = Field(default=1024, ge=16, description="token budget of one step")
+    max_model_len: int | None = Field(default=None, ge=16, description="context window (default: the model's)")
+    block_size: int = Field(default=16, ge=1, le=256, description="tokens per KV block")
+    kv_cache_memory: ByteSize = Field(
+        default=ByteSize(512 * 1024 * 1024), description="KV pool size, e.g. 512MiB")
+    enable_prefix_caching: bool = Field(
+        default=True, description="reuse the KV blocks of identical prompt prefixes")
+    cuda_graphs: bool = Field(default=True, description="replay decode steps as captured CUDA graphs (on CUDA)")
+    max_waiting: int = Field(default=256, ge=1, description="bound of the waiting queue")
+    max_waiting_tokens: int = Field(
+        default=262144, ge=1, description="bound of the waiting queue in prompt tokens")
+    queue_timeout: float = Field(default=30.0, gt=0, description="seconds a request may wait to start")
+    threads: int | None = Field(default=None, ge=1, description="torch CPU threads")
+
+
+class BackendSettings(EngineSettings):
+    """One replica: the engine's settings, plus the model to serve and the HTTP server's own."""
+
+    model: str = Field(
+        default="smollm2", description="path to a .gguf file or HF folder, or a named model (smollm2)")
+    served_model_name: str | None = Field(
+        default=None, description="the model's name in the API (default: the named model, else the file's stem)")
     host: str = "127.0.0.1"
     port: int = Field(default=9001, ge=0, le=65535)
-    device: Literal["cpu", "cuda"] = "cpu"
-    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"  # auto: float32 on CPU, bf16 on GPU
-    max_num_seqs: int = Field(default=64, ge=1)
-    max_num_batched_tokens: int = Field(default=1024, ge=16)
-    max_model_len: int | None = Field(default=None, ge=16)
-    block_size: int = Field(default=16, ge=1, le=256)
-    kv_cache_memory: ByteSize = Field(default=ByteSize(512 * 1024 * 1024))
-    enable_prefix_caching: bool = True
-    cuda_graphs: bool = True  # replay captured decode steps on CUDA; false runs every step eagerly
-    max_waiting: int = Field(default=256, ge=1)
-    max_waiting_tokens: int = Field(default=262144, ge=1)
-    queue_timeout: float = Field(default=30.0, gt=0)
-    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
-    threads: int | None = Field(default=None, ge=1)
+    max_body_bytes: int = Field(
+        default=4 * 1024 * 1024, ge=1024, description="largest request body accepted (413 beyond)")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    tracing: Tracing = Field(default_factory=Tracing)  # spans per request; service name tidegate-backend
+    tracing: Tracing = Field(
+        default_factory=Tracing, description="spans per request; service name tidegate-backend")

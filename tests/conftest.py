@@ -28,6 +28,6 @@ def port() -> int:
 @pytest.fixture(scope="session")
 def model_path() -> Path:
     """The default SmolLM2 GGUF, pulled into the model cache once per session."""
-    from backend.model_cache import pull
+    from backend.loading.model_cache import pull
 
     return pull("smollm2", quiet=True)

@@ -7,23 +7,24 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from config import Settings, SettingsError, load_settings
+from config import BackendSettings, Settings, SettingsError, load_settings
+from tidegate.settings_flags import add_settings_flags
 
-# subcommand -> (module that implements it, what the user is told when that tier is missing)
+# subcommand -> the module that implements it (imported only when run, so each pays for its own imports)
 TIERS = {
-    "up": ("tidegate.up", "the local stack"),
-    "backend": ("backend.server", "the backend server"),
-    "gateway": ("gateway.server", "the gateway"),
-    "admin": ("gateway.admin_cli", "the admin client"),
-    "admin-key": ("tidegate.secret_files", "the admin key file"),
-    "bench": ("bench.cli", "the load generator"),
+    "up": "tidegate.up",
+    "backend": "backend.server.app",
+    "gateway": "gateway.server",
+    "admin": "gateway.admin_cli",
+    "admin-key": "tidegate.secret_files",
+    "bench": "bench.cli",
 }
+GATEWAY_FLAGS = ("host", "port", "redis_url", "workers", "admin_key", "admin_key_file", "data_dir", "log_level")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,25 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     be = sub.add_parser("backend", help="serve one inference replica over the OpenAI API")
     be.add_argument("--config", type=Path, help="YAML file of backend settings")
-    be.add_argument("--model", help="path to a .gguf file or HF folder, or a named model (smollm2)")
-    be.add_argument("--served-model-name")
-    be.add_argument("--host")
-    be.add_argument("--port", type=int)
-    be.add_argument("--device", choices=["cpu", "cuda"])
-    be.add_argument("--dtype", choices=["auto", "float32", "float16", "bfloat16"])
-    be.add_argument("--max-num-seqs", type=int)
-    be.add_argument("--max-num-batched-tokens", type=int)
-    be.add_argument("--max-model-len", type=int)
-    be.add_argument("--block-size", type=int)
-    be.add_argument("--kv-cache-memory", help="KV pool size, e.g. 512MiB")
-    be.add_argument("--max-waiting", type=int, help="bound of the waiting queue")
-    be.add_argument("--queue-timeout", type=float, help="seconds a request may wait to start")
-    be.add_argument("--threads", type=int, help="torch CPU threads")
-    be.add_argument("--max-waiting-tokens", type=int, help="bound of the waiting queue in prompt tokens")
-    be.add_argument("--max-body-bytes", type=int, help="largest request body accepted (413 beyond)")
-    be.add_argument("--no-prefix-caching", dest="enable_prefix_caching", action="store_false", default=None,
-                    help="turn the prefix cache off")
-    be.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    be.set_defaults(setting_fields=add_settings_flags(be, BackendSettings))
 
     gw = sub.add_parser("gateway", help="serve one gateway replica")
     gw.add_argument("--config", type=Path, help="YAML file of gateway settings (channels, classes, ...)")
@@ -74,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     gw.add_argument("--admin-key-file", type=Path, help="a file holding the admin key")
     gw.add_argument("--data-dir", type=Path)
     gw.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    gw.set_defaults(setting_fields=GATEWAY_FLAGS)
 
     admin = sub.add_parser("admin", help="accounts, sub-accounts, keys, quotas and usage over the admin API")
     _delegate_arguments(admin, "admin")
@@ -93,11 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _delegate_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     """Tiers that own many flags (bench, admin) declare them next to their code."""
-    module = TIERS[command][0]
-    if importlib.util.find_spec(module) is not None:
-        importlib.import_module(module).add_arguments(parser)
-    else:
-        parser.add_argument("rest", nargs=argparse.REMAINDER)
+    importlib.import_module(TIERS[command]).add_arguments(parser)
 
 
 def settings_from_args(args: argparse.Namespace, section: str, fields: Sequence[str]) -> Settings:
@@ -109,26 +89,15 @@ def settings_from_args(args: argparse.Namespace, section: str, fields: Sequence[
     return load_settings(getattr(args, "config", None), section=section, overrides={section: overrides})
 
 
-BACKEND_FLAGS = ("model", "served_model_name", "host", "port", "device", "dtype", "max_num_seqs",
-                 "max_num_batched_tokens", "max_model_len", "block_size", "kv_cache_memory", "max_waiting",
-                 "queue_timeout", "threads", "max_waiting_tokens", "max_body_bytes", "enable_prefix_caching",
-                 "log_level")
-GATEWAY_FLAGS = ("host", "port", "redis_url", "workers", "admin_key", "admin_key_file", "data_dir", "log_level")
-
-
 def _run_tier(command: str) -> Callable[[argparse.Namespace], int]:
-    module_name, what = TIERS[command]
-    if importlib.util.find_spec(module_name) is None:
-        print(f"tidegate {command}: {what} is not built yet", file=sys.stderr)
-        raise SystemExit(2)
-    return importlib.import_module(module_name).main
+    return importlib.import_module(TIERS[command]).main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "model":
-            from backend.model_cache import ModelCacheError, pull
+            from backend.loading.model_cache import ModelCacheError, pull
 
             try:
                 print(pull(args.name, load_settings().resolved_model_dir()))
@@ -136,10 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"tidegate model pull: {exc}", file=sys.stderr)
                 return 1
             return 0
-        if args.command == "backend":
-            args.settings = settings_from_args(args, "backend", BACKEND_FLAGS)
-        elif args.command == "gateway":
-            args.settings = settings_from_args(args, "gateway", GATEWAY_FLAGS)
+        if args.command in ("backend", "gateway"):
+            args.settings = settings_from_args(args, args.command, args.setting_fields)
         else:
             args.settings = load_settings()
         return int(_run_tier(args.command)(args) or 0)

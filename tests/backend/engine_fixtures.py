@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import torch
 
-from backend.engine import Engine, EngineConfig
-from backend.loader import LoadedModel, load_model
+from backend.engine.core import Engine, EngineConfig
+from backend.loading.loader import LoadedModel, load_model
 
 REFERENCE_TOKENS = 48
 PROMPTS = [

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, pre_tokenizers
 from tokenizers.models import BPE
 
-from backend.gguf_tokenizer import byte_alphabet
+from backend.loading.gguf_tokenizer import byte_alphabet
 
 HIDDEN, HEADS, KV_HEADS, FFN, LAYERS = 256, 4, 2, 512, 2
 EOS = "<|endoftext|>"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,9 +13,6 @@ from bench.loadgen import LoadGenerator, LoadProfile
 from bench.tokenizer import PromptTokenizer
 from bench.workloads import Workload, WorkloadSpec
 from tests.backend.backend_process import BackendProcess
-
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("backend.server") is None,
-                                reason="the backend server is not built yet")
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""bench/decode_step.py on the real model at tiny sizes: it times a step and the products, in either thread."""
+"""bench/experiments/decode_step.py on the real model at tiny sizes: it times a step and the products, in either
+thread."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 @pytest.mark.parametrize("where", [[], ["--thread"]])
 def test_reports_step_and_products(where: list[str]) -> None:
     args = ["--batch", "2", "--context", "20", "--runs", "2", "--threads", "1", *where]
-    run = subprocess.run([sys.executable, "-m", "bench.decode_step", *args], capture_output=True, text=True,
+    run = subprocess.run([sys.executable, "-m", "bench.experiments.decode_step", *args], capture_output=True, text=True,
                          timeout=300, check=False)
     assert run.returncode == 0, run.stderr[-2000:]
     found = re.search(r"batch 2, context 20, 1 threads, in (.+): ([\d.]+) ms median; weight products alone ([\d.]+) ms",

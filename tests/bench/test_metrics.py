@@ -5,19 +5,19 @@ from __future__ import annotations
 import pytest
 
 from bench.metrics import Slo, SloError, distribution, summarize
-from bench.records import RequestRecord
+from bench.records import MeasuredRequest
 
 
 def record(index: int, ttft: float, gap: float, tokens: int, scheduled: float = 0.0,
-           sent_after: float = 0.0, input_tokens: int = 10) -> RequestRecord:
+           sent_after: float = 0.0, input_tokens: int = 10) -> MeasuredRequest:
     times = [scheduled + ttft + i * gap for i in range(tokens)]
-    return RequestRecord(index=index, scheduled=scheduled, sent=scheduled + sent_after, chunk_times=times,
+    return MeasuredRequest(index=index, scheduled=scheduled, sent=scheduled + sent_after, chunk_times=times,
                          end=times[-1] + 0.001, output_tokens=tokens, input_tokens=input_tokens,
                          usage_reported=True, status=200)
 
 
-def failed(index: int, error: str, status: int | None) -> RequestRecord:
-    return RequestRecord(index=index, scheduled=0.0, status=status, error=error, end=0.01)
+def failed(index: int, error: str, status: int | None) -> MeasuredRequest:
+    return MeasuredRequest(index=index, scheduled=0.0, status=status, error=error, end=0.01)
 
 
 def test_percentiles_of_one_to_one_hundred_ms_follow_numpy_linear_interpolation() -> None:

@@ -1,4 +1,5 @@
-"""bench/offline.py end to end on the real model, tiny sizes: both sides run and the table compares them."""
+"""bench/experiments/offline.py end to end on the real model, tiny sizes: both sides run and the table
+compares them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ def test_fixed_scenario_reports_both_sides(model_path: Path) -> None:
         "--output-len", "4", "--threads", "1", "--kv-cache-memory", str(64 << 20),
     ]
     run = subprocess.run(
-        [sys.executable, "-m", "bench.offline", *args], capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-m", "bench.experiments.offline", *args],
+        capture_output=True, text=True, timeout=300, check=False,
     )
     assert run.returncode == 0, run.stderr[-2000:]
     out = run.stdout

@@ -7,7 +7,7 @@ import io
 import time
 
 from bench.progress import Progress
-from bench.records import RequestRecord
+from bench.records import MeasuredRequest
 
 
 class Terminal(io.StringIO):
@@ -15,8 +15,8 @@ class Terminal(io.StringIO):
         return True
 
 
-def finished(ok: bool) -> RequestRecord:
-    return RequestRecord(index=0, scheduled=0.0, chunk_times=[0.1] if ok else [], error=None if ok else "500")
+def finished(ok: bool) -> MeasuredRequest:
+    return MeasuredRequest(index=0, scheduled=0.0, chunk_times=[0.1] if ok else [], error=None if ok else "500")
 
 
 async def test_terminal_progress_redraws_one_line_and_ends_it() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from bench.loadgen import LoadProfile, RunResult
 from bench.metrics import Slo
-from bench.records import RequestRecord
+from bench.records import MeasuredRequest as RequestRecord
 from bench.report import format_summary, format_sweep, plot_sweep, read_summaries, write_csv, write_json
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
-from backend.metrics import BackendMetrics
-from backend.records import EngineStats
+from backend.engine.records import EngineStats
+from backend.server.metrics import BackendMetrics
 from config import GatewaySettings
 from gateway.app import create_app
 

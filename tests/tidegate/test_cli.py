@@ -75,3 +75,26 @@ def test_dockerfile_pins_torch_and_bakes_the_model() -> None:
     assert "torch==2.13.0" in text and "tidegate model pull smollm2" in text
     for package in ("tidegate", "gateway", "backend", "limiter", "quota", "config", "bench"):
         assert f"COPY {package} ./{package}" in text
+
+
+def test_every_backend_setting_is_a_flag_that_reaches_the_settings() -> None:
+    from config import BackendSettings
+    from tidegate.cli import settings_from_args
+
+    args = build_parser().parse_args(["backend", "--max-num-seqs", "7", "--kv-cache-memory", "256MiB",
+                                      "--no-prefix-caching", "--no-cuda-graphs", "--threads", "3",
+                                      "--dtype", "bfloat16", "--served-model-name", "m"])
+    settings = settings_from_args(args, "backend", args.setting_fields).backend
+    assert (settings.max_num_seqs, settings.kv_cache_memory, settings.threads) == (7, 256 * 1024 * 1024, 3)
+    assert not settings.enable_prefix_caching and not settings.cuda_graphs
+    assert (settings.dtype, settings.served_model_name) == ("bfloat16", "m")
+    assert settings.max_num_batched_tokens == BackendSettings().max_num_batched_tokens  # not given: default
+    nested = {"tracing"}  # sections set in YAML or TIDEGATE_BACKEND__... only
+    assert set(args.setting_fields) == set(BackendSettings.model_fields) - nested
+
+
+def test_a_bad_backend_flag_value_exits_with_the_setting_named() -> None:
+    done = subprocess.run([sys.executable, "-m", "tidegate", "backend", "--max-num-seqs", "0"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 2
+    assert "max_num_seqs" in done.stderr

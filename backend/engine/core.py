@@ -1,0 +1,328 @@
+"""The engine: a step loop in its own thread, bridged to asyncio callers and to offline batch jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import cast
+
+import torch
+
+from backend.engine.block_pool import BlockPool
+from backend.engine.engine_config import EngineConfig
+from backend.engine.errors import EngineOverloaded, InvalidGenerateRequest, QueueTimeout
+from backend.engine.host import in_passing_thread, keep_freed_memory
+from backend.engine.output import TextOutput, delta, finish_reason, step_text
+from backend.engine.records import Completion, Delta, EngineStats, GenerateRequest
+from backend.engine.sampling_params import SamplingParams
+from backend.engine.scheduler import Scheduler
+from backend.engine.sequence import FinishReason, Sequence, SequenceStatus
+from backend.executor.runner import ModelRunner, kv_block_bytes
+from backend.executor.sampler import Sampler
+from backend.loading.loader import LoadedModel, load_model
+from backend.loading.tokenizer import IncrementalDetokenizer
+
+log = logging.getLogger(__name__)
+
+
+class Engine:
+    """Serves many concurrent requests from one model with continuous batching over a paged KV cache."""
+
+    def __init__(self, config: EngineConfig, *, loaded: LoadedModel | None = None) -> None:
+        """Load the model (or reuse `loaded`, already on config.device in config's dtype) and size the cache."""
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        keep_freed_memory()
+        self.config = config
+        dtype = config.torch_dtype()
+        if loaded is None:
+            loaded = in_passing_thread(lambda: load_model(Path(config.model_path), device=config.device, dtype=dtype))
+        self.tokenizer = loaded.tokenizer
+        self.model_config = loaded.config
+        num_blocks = config.kv_cache_memory // kv_block_bytes(loaded.config, config.block_size, dtype)
+        if num_blocks < 2:
+            raise ValueError(f"kv_cache_memory={config.kv_cache_memory} bytes holds fewer than 2 KV blocks")
+        self.max_model_len = min(
+            config.max_model_len or loaded.config.max_position_embeddings,
+            loaded.config.max_position_embeddings,
+            num_blocks * config.block_size,
+        )
+        self.pool = BlockPool(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(
+            self.pool,
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_waiting=config.max_waiting,
+            max_waiting_tokens=config.max_waiting_tokens,
+            queue_timeout=config.queue_timeout,
+        )
+        model = loaded.model
+        self.runner = in_passing_thread(
+            lambda: ModelRunner(
+                model, num_blocks, config.block_size, device=config.device, dtype=dtype,
+                cuda_graph_batch=config.max_num_seqs if config.cuda_graphs else 0,
+                max_blocks_per_seq=-(-self.max_model_len // config.block_size),
+            )
+        )
+        self.sampler = Sampler(self.tokenizer.eos_token_ids)
+        self._eos = frozenset(self.tokenizer.eos_token_ids)
+        self._lock = threading.Condition()  # guards the scheduler, the pool, _seqs and _outputs
+        # Held while outputs are detokenized and delivered, outside _lock; taken before _lock, never after.
+        self._output_lock = threading.Lock()
+        self._outputs: list[tuple[Sequence, int]] = []  # tokens sampled but not yet turned into deltas
+        self._seqs: dict[str, Sequence] = {}
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._steps = 0
+
+    # -- public API -----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Run the step loop in a daemon thread (idempotent)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="tidegate-engine", daemon=True)
+            self._thread.start()
+
+    def shutdown(self) -> None:
+        """Stop the step loop; running requests end with finish_reason "abort"."""
+
+        def stop() -> None:
+            self._stopping = True
+            self._abort_all_locked()
+            self._lock.notify_all()
+
+        self._process_outputs(then=stop)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
+        """Stream a request's deltas. Raises InvalidGenerateRequest or EngineOverloaded before it is queued, and
+        QueueTimeout if it cannot start in time. Closing the iterator early aborts the request."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Delta | QueueTimeout] = asyncio.Queue()
+
+        def sink(item: Delta | QueueTimeout) -> None:
+            # The caller's loop may be gone; the request is then aborted by the finally below.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        self._submit(request, sink, bounded=True)
+        done = False
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, QueueTimeout):
+                    done = True
+                    raise item
+                if item.finish_reason is not None:
+                    done = True
+                yield item
+                if done:
+                    return
+        finally:
+            if not done:
+                self.abort(request.request_id)
+
+    def abort(self, request_id: str) -> None:
+        """End a request now (waiting or running) and free its blocks; unknown ids are ignored."""
+        self._process_outputs(then=lambda: self._abort_locked(request_id))
+
+    def generate_offline(
+        self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]
+    ) -> list[Completion]:
+        """Run a batch job to completion (in the step thread if started, else in the caller's thread)."""
+        all_params = params if isinstance(params, list) else [params] * len(prompts)
+        if len(all_params) != len(prompts):
+            raise InvalidGenerateRequest(f"{len(prompts)} prompts but {len(all_params)} sampling params")
+        deltas: list[list[Delta]] = [[] for _ in prompts]
+        remaining = [len(prompts)]
+        all_done = threading.Event()
+
+        def collector(index: int) -> Callable[[Delta | QueueTimeout], None]:
+            def sink(item: Delta | QueueTimeout) -> None:
+                assert isinstance(item, Delta)  # offline requests have no queue deadline
+                deltas[index].append(item)
+                if item.finish_reason is not None:
+                    remaining[0] -= 1
+                    if remaining[0] == 0:
+                        all_done.set()
+
+            return sink
+
+        tag = f"offline-{id(deltas)}"
+        requests = [
+            GenerateRequest(f"{tag}-{i}", prompt, sp)
+            for i, (prompt, sp) in enumerate(zip(prompts, all_params, strict=True))
+        ]
+        for request in requests:  # all or nothing: refuse the job before any of it runs
+            self._validate(request)
+        for i, request in enumerate(requests):
+            self._submit(request, collector(i), bounded=False)
+        if not prompts:
+            return []
+        try:
+            if self._thread is not None:
+                all_done.wait()
+            else:
+                while not all_done.is_set():
+                    self.step()
+        except BaseException:  # interrupted or a failed step: do not leave the batch holding blocks
+            for i in range(len(prompts)):
+                self.abort(f"{tag}-{i}")
+            raise
+        return [Completion.from_deltas(ds) for ds in deltas]
+
+    def stats(self) -> EngineStats:
+        with self._lock:
+            total, free = self.pool.num_blocks, self.pool.num_free
+            return EngineStats(
+                num_running=len(self.scheduler.running),
+                num_waiting=len(self.scheduler.waiting),
+                kv_blocks_total=total,
+                kv_blocks_free=free,
+                kv_usage=1.0 - free / total,
+                prefix_cache_queries=self.pool.prefix_queries,
+                prefix_cache_hits=self.pool.prefix_hits,
+                num_preemptions=self.scheduler.num_preemptions,
+                steps=self._steps,
+            )
+
+    def step(self) -> bool:
+        """Schedule, run and sample one step, then deliver its deltas; False if there was nothing to run.
+
+        Under the lock the step only appends the sampled ids and ends sequences by stop token or length;
+        detokenizing, stop strings and delivery follow outside it, before the next step is scheduled."""
+        with self._lock:
+            for seq in self.scheduler.expire(time.monotonic()):
+                self._seqs.pop(seq.request_id, None)
+                if seq.sink is not None:
+                    seq.sink(QueueTimeout("request could not start within the queue timeout", self.scheduler.retry_after()))
+            batch = self.scheduler.schedule()
+        if not batch:
+            return False
+        with torch.inference_mode():
+            logits, sampled = self.runner.run(batch)
+            tokens = self.sampler(logits, sampled)
+        sampling = cast("list[Sequence]", sampled)  # the runner hands back the batch's own sequences
+        now = time.monotonic()
+        with self._lock:
+            self.scheduler.advance(batch)
+            for seq, token_id in zip(sampling, tokens, strict=True):
+                if seq.status is SequenceStatus.RUNNING:  # not aborted while the step ran
+                    self._append(seq, token_id, now)
+            self._steps += 1
+        self._process_outputs()
+        return True
+
+    # -- internals ------------------------------------------------------------------------------------
+
+    def _submit(self, request: GenerateRequest, sink: Callable, *, bounded: bool) -> None:
+        self._validate(request)
+        seq = Sequence(
+            request.request_id,
+            request.prompt_token_ids,
+            request.params,
+            priority=request.priority,
+            cache_salt=request.cache_salt,
+        )
+        seq.output = TextOutput(
+            IncrementalDetokenizer(self.tokenizer, request.prompt_token_ids), request.params.stop
+        )
+        seq.sink = sink
+        with self._lock:
+            if self._stopping:
+                raise EngineOverloaded("engine is shutting down", retry_after=1.0)
+            if request.request_id in self._seqs:
+                raise InvalidGenerateRequest(f"request_id {request.request_id!r} is already in flight")
+            self.scheduler.add(seq, bounded=bounded)
+            self._seqs[request.request_id] = seq
+            self._lock.notify_all()
+
+    def _validate(self, request: GenerateRequest) -> None:
+        try:
+            request.params.validate()
+        except ValueError as exc:
+            raise InvalidGenerateRequest(str(exc)) from None
+        prompt = request.prompt_token_ids
+        if not prompt:
+            raise InvalidGenerateRequest("the prompt is empty")
+        vocab = self.model_config.vocab_size
+        if min(prompt) < 0 or max(prompt) >= vocab:
+            raise InvalidGenerateRequest(f"prompt token ids must be in [0, {vocab})")
+        total = len(prompt) + request.params.max_tokens
+        if total > self.max_model_len:
+            raise InvalidGenerateRequest(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
+                f"{total} tokens ({len(prompt)} in the prompt, {request.params.max_tokens} in the completion)."
+            )
+
+    def _append(self, seq: Sequence, token_id: int, now: float) -> None:
+        seq.token_ids.append(token_id)
+        if seq.timings.first_token is None:
+            seq.timings.first_token = now
+        seq.timings.token_times.append(now)
+        reason = finish_reason(seq, token_id, self._eos)
+        if reason is not None:
+            self._finish_locked(seq, reason)
+        self._outputs.append((seq, token_id))
+
+    def _process_outputs(self, then: Callable[[], None] | None = None) -> None:
+        """Turn the sampled tokens into deltas outside the engine lock; once none are left, run `then` under
+        the lock, so that an abort's final delta always follows the deltas of the steps before it."""
+        with self._output_lock:
+            while True:
+                with self._lock:
+                    outputs, self._outputs = self._outputs, []
+                    if not outputs:
+                        if then is not None:
+                            then()
+                        return
+                for seq, token_id in outputs:
+                    text, stopped = step_text(seq, token_id)
+                    if stopped:
+                        with self._lock:
+                            self._finish_locked(seq, FinishReason.STOP)
+                    self._deliver(seq, text, [token_id])
+
+    def _finish_locked(self, seq: Sequence, reason: FinishReason) -> None:
+        if seq.is_finished:  # the token that reached max_tokens completed a stop string: "stop" wins
+            seq.finish_reason = reason
+            return
+        self.scheduler.finish(seq, reason)
+        self._seqs.pop(seq.request_id, None)
+
+    def _abort_locked(self, request_id: str) -> None:
+        seq = self._seqs.pop(request_id, None)
+        if seq is None or seq.is_finished:
+            return
+        self.scheduler.finish(seq, FinishReason.ABORT)
+        self._deliver(seq, "", [])
+
+    def _abort_all_locked(self) -> None:
+        for request_id in list(self._seqs):
+            self._abort_locked(request_id)
+
+    def _deliver(self, seq: Sequence, text: str, token_ids: list[int]) -> None:
+        if seq.sink is not None:
+            seq.sink(delta(seq, text, token_ids))
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._stopping and not self.scheduler.has_work:
+                    self._lock.wait()
+                if self._stopping:
+                    return
+            try:
+                if not self.step():
+                    time.sleep(0.005)  # waiting requests that cannot start yet: poll, do not spin
+            except Exception:  # a failed step must not kill the loop: end what was in flight
+                log.exception("engine step failed; aborting in-flight requests")
+                self._process_outputs(then=self._abort_all_locked)
+

@@ -1,0 +1,34 @@
+"""The engine's configuration: the backend's engine settings and the model file they apply to."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from config.backend import EngineSettings
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class EngineConfig(EngineSettings):
+    """`config.EngineSettings` (the one definition of every engine field and default) plus the model path."""
+
+    model_path: Path
+
+    def __init__(self, model_path: Path | str | None = None, /, **fields: Any) -> None:
+        # The model path may also come first, positionally: it is the one field without a default.
+        if model_path is not None:
+            fields["model_path"] = model_path
+        super().__init__(**fields)
+
+    @classmethod
+    def for_model(cls, settings: EngineSettings, model_path: Path) -> EngineConfig:
+        """The engine part of a replica's settings (a BackendSettings is one), for one model file."""
+        return cls(model_path, **settings.model_dump(include=set(EngineSettings.model_fields)))
+
+    def torch_dtype(self) -> torch.dtype:
+        if self.dtype == "auto":
+            return torch.float32 if self.device == "cpu" else torch.bfloat16
+        return _DTYPES[self.dtype]

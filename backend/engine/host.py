@@ -1,0 +1,58 @@
+"""How the host process is set up for the step loop: where freed memory goes, and which threads run torch.
+
+Memory. Every step allocates and frees the same large activations (a few MB to a few tens of MB each). glibc returns
+allocations above its mmap threshold, and the top of the heap above its trim threshold, to the kernel as soon
+as they are freed, so the next step page-faults all of it in again. Under a hypervisor each fault is dear: on
+the 2-core VM of docs/benchmarks.md that made a decode step of 32 sequences up to half again as long.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
+_MMAP_THRESHOLD_MAX = 32 << 20  # glibc refuses more on 64-bit (half its heap size)
+
+
+def keep_freed_memory() -> bool:
+    """Tune glibc's allocator for the step loop; False where it is not glibc (the process runs as before)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):  # musl and others: no mallopt
+        return False
+    settings = ((_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX), (_M_TRIM_THRESHOLD, 2**31 - 1), (_M_TOP_PAD, 1 << 30))
+    return all(mallopt(option, value) == 1 for option, value in settings)
+
+
+T = TypeVar("T")
+
+
+def in_passing_thread(build: Callable[[], T]) -> T:
+    """Run torch set-up work in a thread that ends with it, so that the caller's thread never starts OpenMP.
+
+    libgomp keeps a pool of worker threads for every thread that has run a parallel region, and once the
+    pools together hold more threads than there are cores it stops its workers spinning between regions. A
+    step loop in its own thread next to a caller that loaded the model then ran about 1.6 times slower per step
+    (docs/benchmarks.md, `bench.experiments.decode_step --thread`). A finished thread's pool goes with it.
+    """
+    box: list[T] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            box.append(build())
+        except BaseException as exc:  # re-raised in the caller's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="tidegate-engine-setup")
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return box[0]

@@ -1,0 +1,74 @@
+"""What goes into the engine and what comes out of it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backend.engine.sampling_params import SamplingParams
+from backend.engine.sequence import RequestTimings
+
+
+@dataclass(slots=True)
+class GenerateRequest:
+    """One request to the engine: prompt token ids, how to sample, and its scheduling class."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    priority: int = 0  # lower value = more important; orders admission and preemption
+    cache_salt: str | None = None  # extra prefix-cache key for tenant isolation
+
+
+@dataclass(slots=True)
+class Delta:
+    """New output of one request from one step; the last one has a finish_reason and the timings."""
+
+    request_id: str
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None  # "stop" | "length" | "abort" at the end
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    timings: RequestTimings | None = None
+
+
+@dataclass(slots=True)
+class Completion:
+    """A whole offline result."""
+
+    token_ids: list[int]
+    text: str
+    finish_reason: str
+    prompt_tokens: int
+    cached_tokens: int
+    timings: RequestTimings
+
+    @classmethod
+    def from_deltas(cls, deltas: list[Delta]) -> Completion:
+        """Join one request's deltas, the last of which is final."""
+        last = deltas[-1]
+        assert last.finish_reason is not None and last.timings is not None
+        return cls(
+            token_ids=[t for d in deltas for t in d.token_ids],
+            text="".join(d.text for d in deltas),
+            finish_reason=last.finish_reason,
+            prompt_tokens=last.prompt_tokens,
+            cached_tokens=last.cached_tokens,
+            timings=last.timings,
+        )
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """A snapshot for /metrics and /health: load, KV usage, prefix-cache effect (in tokens), preemptions."""
+
+    num_running: int
+    num_waiting: int
+    kv_blocks_total: int
+    kv_blocks_free: int
+    kv_usage: float
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    num_preemptions: int
+    steps: int

@@ -1,0 +1,119 @@
+"""One request's state inside the engine: its tokens, its KV blocks, its lifecycle and timestamps."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum, StrEnum
+from typing import TYPE_CHECKING, Any
+
+from backend.engine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    import torch
+
+
+class SequenceStatus(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class FinishReason(StrEnum):
+    STOP = "stop"
+    LENGTH = "length"
+    ABORT = "abort"
+    QUEUE_TIMEOUT = "queue_timeout"  # never reaches a Delta: the iterator raises QueueTimeout instead
+
+
+@dataclass(slots=True)
+class RequestTimings:
+    """time.monotonic() stamps of one request's life, for metrics."""
+
+    queued: float
+    scheduled: float | None = None  # first time it got a slot
+    first_token: float | None = None
+    finished: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    num_preemptions: int = 0
+
+
+_arrivals = itertools.count()
+
+
+class Sequence:
+    """A request as the scheduler sees it: prompt plus generated tokens and the blocks that hold their KV."""
+
+    __slots__ = (
+        "arrival",
+        "block_hashes",
+        "block_table",
+        "cache_salt",
+        "finish_reason",
+        "generator",
+        "num_cached_tokens",
+        "num_computed_tokens",
+        "num_prompt_tokens",
+        "output",
+        "params",
+        "priority",
+        "queue_deadline",
+        "request_id",
+        "sink",
+        "status",
+        "timings",
+        "token_ids",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        *,
+        priority: int = 0,
+        cache_salt: str | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.token_ids = list(prompt_token_ids)
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.params = params
+        self.priority = priority
+        self.cache_salt = cache_salt
+        self.arrival = next(_arrivals)
+        self.status = SequenceStatus.WAITING
+        self.finish_reason: FinishReason | None = None
+        self.num_computed_tokens = 0  # tokens whose KV is in the cache
+        self.num_cached_tokens = 0  # prefix-cache hit at first admission (reported as cached_tokens)
+        self.block_table: list[int] = []
+        self.block_hashes: list[int] = []  # chained hashes of the full blocks, in order
+        self.timings = RequestTimings(queued=time.monotonic())
+        self.queue_deadline: float | None = None  # monotonic time by which it must have started
+        self.generator: torch.Generator | None = None
+        self.output: Any = None  # the engine's text/stop state for this request
+        self.sink: Callable[[Any], None] | None = None  # where the engine delivers deltas
+
+    @property
+    def sort_key(self) -> tuple[int, int]:
+        """Admission and preemption order: lower priority value first, then older first."""
+        return (self.priority, self.arrival)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    def __repr__(self) -> str:
+        return (
+            f"Sequence({self.request_id!r}, {self.status.value}, tokens={self.num_tokens}, "
+            f"computed={self.num_computed_tokens}, blocks={len(self.block_table)})"
+        )

@@ -1,0 +1,1 @@
+"""Runs the model: the runner, the Llama model, attention backends, kernels, CUDA graphs, the sampler."""

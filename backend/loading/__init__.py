@@ -1,0 +1,1 @@
+"""Turns files into what the engine runs: GGUF and safetensors weights, tokenizer, chat template, model cache."""

@@ -1,0 +1,110 @@
+"""Reading a GGUF file: its metadata and its tensors, dequantised and renamed to Hugging Face names."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType, GGUFReader
+from gguf.quants import dequantize
+
+from backend.executor.model_config import ModelConfig, UnsupportedModelError
+
+SUPPORTED_TENSOR_TYPES = frozenset(
+    GGMLQuantizationType[name]
+    for name in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K")
+)
+
+_LAYER_NAMES = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+_GLOBAL_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+_LAYER = re.compile(r"^blk\.(\d+)\.(.+)$")
+_ROPE_FREQS = "rope_freqs.weight"
+
+
+@dataclass(slots=True)
+class GGUFContents:
+    """Everything the loader needs from one GGUF file."""
+
+    metadata: dict[str, Any]
+    config: ModelConfig
+    weights: dict[str, torch.Tensor]  # Hugging Face names, float32, HF layout
+    rope_freq_factors: torch.Tensor | None  # llama.cpp's precomputed llama3 RoPE factors, when present
+
+
+def read_metadata(reader: GGUFReader) -> dict[str, Any]:
+    """All key/values of the file as Python values (strings, numbers, lists)."""
+    return {key: field.contents() for key, field in reader.fields.items() if not key.startswith("GGUF.")}
+
+
+def read_gguf(path: Path) -> GGUFContents:
+    """Parse metadata and dequantise every tensor; fails naming an unsupported architecture or tensor type."""
+    reader = GGUFReader(path)
+    metadata = read_metadata(reader)
+    tensors = {t.name: t for t in reader.tensors}
+    embed = tensors.get("token_embd.weight")
+    if embed is None:
+        raise UnsupportedModelError(f"{path.name} has no token_embd.weight tensor")
+    config = ModelConfig.from_gguf_metadata(
+        metadata, vocab_size=int(embed.shape[-1]), tied="output.weight" not in tensors
+    )
+    for t in reader.tensors:
+        if t.tensor_type not in SUPPORTED_TENSOR_TYPES:
+            raise UnsupportedModelError(
+                f"tensor {t.name} has unsupported type {t.tensor_type.name}; supported: "
+                + ", ".join(sorted(q.name for q in SUPPORTED_TENSOR_TYPES))
+            )
+    freq_factors = None
+    weights: dict[str, torch.Tensor] = {}
+    for name, t in tensors.items():
+        array = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+        if not array.flags.writeable:  # F32 tensors come back as views of the read-only memory map
+            array = array.copy()
+        # GGUF lists dims fastest-first; torch wants them slowest-first.
+        shape = tuple(int(n) for n in reversed(t.shape.tolist()))
+        tensor = torch.from_numpy(np.ascontiguousarray(array).reshape(shape))
+        if name == _ROPE_FREQS:
+            freq_factors = tensor
+            continue
+        hf_name = _hf_name(name)
+        if config.architecture == "llama" and ".self_attn.q_proj." in hf_name:
+            tensor = _unpermute(tensor, config.num_heads)
+        elif config.architecture == "llama" and ".self_attn.k_proj." in hf_name:
+            tensor = _unpermute(tensor, config.num_kv_heads)
+        weights[hf_name] = tensor
+    return GGUFContents(metadata, config, weights, freq_factors)
+
+
+def _hf_name(name: str) -> str:
+    if name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[name]
+    match = _LAYER.match(name)
+    if match and match.group(2) in _LAYER_NAMES:
+        return f"model.layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}"
+    raise UnsupportedModelError(f"unexpected tensor {name!r} in GGUF file")
+
+
+def _unpermute(weight: torch.Tensor, heads: int) -> torch.Tensor:
+    """Undo llama.cpp's converter, which interleaves each head's rotary halves for its own RoPE kernel."""
+    rows = weight.shape[0]
+    return weight.reshape(heads, rows // heads // 2, 2, *weight.shape[1:]).transpose(1, 2).reshape(weight.shape)

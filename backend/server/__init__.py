@@ -1,0 +1,1 @@
+"""The backend's HTTP tier: the OpenAI API over the engine, SSE streaming, request log, metrics, tracing."""

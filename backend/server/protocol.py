@@ -1,0 +1,319 @@
+"""OpenAI request parsing: a JSON body becomes one validated `ValidatedRequest`, or an `ApiError` (400).
+
+Parsing needs no tokenizer; the server tokenizes the prompt afterwards and checks it with
+`check_token_ids` and `resolve_max_tokens`, which also live here so every rule about a request is in one place.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from backend.engine.sampling_params import SamplingParams
+from backend.server.api_errors import invalid, unsupported
+
+# Roles the chat template understands; `developer` is OpenAI's newer name for `system`.
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's legacy default for /v1/completions
+MAX_PRIORITY = 2**31
+
+
+class Endpoint(Enum):
+    CHAT = "chat"
+    COMPLETION = "completion"
+
+
+@dataclass(slots=True)
+class ValidatedRequest:
+    """One validated request; exactly one of `prompt` (completions) and `messages` (chat) is set."""
+
+    endpoint: Endpoint
+    model: str
+    prompt: str | list[int] | None = None
+    messages: list[dict[str, str]] | None = None
+    stream: bool = False
+    include_usage: bool = False
+    max_tokens: int | None = None
+    min_tokens: int = 0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    priority: int = 0
+    cache_salt: str | None = None
+
+    def sampling_params(self, max_tokens: int) -> SamplingParams:
+        try:
+            return SamplingParams(max_tokens=max_tokens, min_tokens=self.min_tokens,
+                                  temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+                                  seed=self.seed, stop=list(self.stop), stop_token_ids=list(self.stop_token_ids),
+                                  ignore_eos=self.ignore_eos)
+        except ValueError as exc:
+            raise invalid(str(exc), _param_named_in(str(exc))) from None
+
+
+def decode_json(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object; invalid UTF-8, malformed JSON, NaN and non-objects are 400s."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise invalid(f"request body is not valid UTF-8 (byte {exc.start})", code="invalid_encoding") from None
+    try:
+        body = json.loads(text, parse_constant=_reject_constant)
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise invalid(f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:
+        raise invalid("request body is nested too deeply", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise invalid(f"request body must be a JSON object, not {type(body).__name__}", code="invalid_json")
+    return body
+
+
+def parse_request(body: dict[str, Any], endpoint: Endpoint) -> ValidatedRequest:
+    """Validate every field this server reads; refuse the OpenAI features it does not implement."""
+    _refuse_unsupported(body, endpoint)
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise invalid("`model` is required and must be a non-empty string", "model")
+    req = ValidatedRequest(endpoint=endpoint, model=model)
+    if endpoint is Endpoint.CHAT:
+        req.messages = _messages(body.get("messages"))
+        max_tokens = _int(body, "max_completion_tokens", lo=1)
+        req.max_tokens = max_tokens if max_tokens is not None else _int(body, "max_tokens", lo=1)
+    else:
+        req.prompt = _prompt(body.get("prompt"))
+        req.max_tokens = _int(body, "max_tokens", lo=1)
+    req.stream = _bool(body, "stream")
+    req.include_usage = _stream_options(body, req.stream)
+    req.min_tokens = _int(body, "min_tokens", lo=0) or 0
+    if req.max_tokens is not None and req.min_tokens > req.max_tokens:
+        raise invalid(f"`min_tokens` ({req.min_tokens}) must not exceed `max_tokens` ({req.max_tokens})",
+                      "min_tokens")
+    req.temperature = _float(body, "temperature", 1.0, 0.0, 2.0)
+    req.top_p = _float(body, "top_p", 1.0, 0.0, 1.0)
+    if req.top_p == 0.0:
+        raise invalid("`top_p` must be greater than 0", "top_p")
+    top_k = _int(body, "top_k", lo=-1)
+    req.top_k = 0 if top_k is None or top_k == -1 else top_k  # vLLM spells "off" as -1
+    req.seed = _int(body, "seed", lo=0, hi=2**63 - 1)
+    req.stop = _stop(body.get("stop"))
+    req.stop_token_ids = _int_list(body.get("stop_token_ids"), "stop_token_ids")
+    req.ignore_eos = _bool(body, "ignore_eos")
+    req.priority = _int(body, "priority", lo=-MAX_PRIORITY, hi=MAX_PRIORITY) or 0
+    req.cache_salt = _str_or_none(body, "cache_salt")
+    _str_or_none(body, "user")  # accepted for tracing by the caller; only its type matters here
+    return req
+
+
+def check_token_ids(ids: list[int], vocab_size: int, param: str) -> None:
+    bad = next((t for t in ids if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise invalid(f"token id {bad} in `{param}` is outside the vocabulary [0, {vocab_size})", param)
+
+
+def resolve_max_tokens(req: ValidatedRequest, prompt_len: int, max_model_len: int) -> int:
+    """The completion budget; prompt plus max_tokens beyond the context window is a 400, as in OpenAI."""
+    param = "messages" if req.endpoint is Endpoint.CHAT else "prompt"
+    if prompt_len == 0:
+        raise invalid(f"`{param}` is empty after tokenization", param)
+    room = max_model_len - prompt_len
+    if req.max_tokens is None:
+        wanted = COMPLETION_DEFAULT_MAX_TOKENS if req.endpoint is Endpoint.COMPLETION else room
+        wanted = min(wanted, room)
+    else:
+        wanted = req.max_tokens
+    if room < 1 or wanted > room:
+        asked = prompt_len + max(wanted, 1)
+        raise invalid(
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested {asked} "
+            f"tokens ({prompt_len} in the {param}, {max(wanted, 1)} in the completion). "
+            f"Please reduce the length of the {param} or completion.",
+            param if room < 1 or req.max_tokens is None else "max_tokens", "context_length_exceeded")
+    return wanted
+
+
+# Fields this server refuses when set to anything but their neutral value (OpenAI default).
+_NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False), "suffix": (None, ""),
+    "best_of": (None, 1), "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0),
+    "repetition_penalty": (None, 1, 1.0), "logit_bias": (None, {}), "tools": (None, []),
+    "functions": (None, []), "tool_choice": (None, "none", "auto"), "function_call": (None, "none", "auto"),
+    "prompt_logprobs": (None, 0),
+}
+
+
+def _refuse_unsupported(body: dict[str, Any], endpoint: Endpoint) -> None:
+    n = body.get("n")
+    if n is not None:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise invalid(f"`n` must be an integer >= 1, got {n!r}", "n")
+        if n > 1:
+            raise unsupported("n", f"= {n} (more than one choice per request)")
+    for name, neutral in _NEUTRAL.items():
+        value = body.get(name)
+        if not _is_neutral(value, neutral):
+            raise unsupported(name, f"= {json.dumps(value)[:80]}")
+    fmt = body.get("response_format")
+    if fmt is not None and fmt != {"type": "text"}:
+        raise unsupported("response_format", "other than {\"type\": \"text\"}")
+
+
+def _is_neutral(value: Any, neutral: tuple[Any, ...]) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, bool):  # True == 1 in Python; a flag is neutral only when False
+        return value is False and any(n is False for n in neutral)
+    return any(n is not None and not isinstance(n, bool) and value == n for n in neutral)
+
+
+def _messages(value: Any) -> list[dict[str, str]]:
+    if not isinstance(value, list):
+        raise invalid("`messages` is required and must be a list of messages", "messages")
+    if not value:
+        raise invalid("`messages` must hold at least one message", "messages")
+    out = []
+    for i, msg in enumerate(value):
+        where = f"messages[{i}]"
+        if not isinstance(msg, dict):
+            raise invalid(f"`{where}` must be an object with `role` and `content`", where)
+        role = msg.get("role")
+        if not isinstance(role, str) or role not in ROLES:
+            known = ", ".join(sorted(ROLES))
+            raise invalid(f"`{where}.role` must be one of {known}; got {role!r}", f"{where}.role")
+        out.append({"role": ROLES[role], "content": _content(msg.get("content"), role, where)})
+    return out
+
+
+def _content(value: Any, role: str, where: str) -> str:
+    if isinstance(value, str):
+        return _utf8(value, f"{where}.content")
+    if value is None and role == "assistant":
+        return ""
+    if isinstance(value, list):
+        texts = []
+        for j, part in enumerate(value):
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise invalid(f"`{where}.content[{j}]` must be a text part {{\"type\": \"text\", \"text\": ...}}; "
+                              "other content types are not supported", f"{where}.content")
+            texts.append(_utf8(part["text"], f"{where}.content"))
+        return "\n".join(texts)
+    raise invalid(f"`{where}.content` must be a string or a list of text parts", f"{where}.content")
+
+
+def _prompt(value: Any) -> str | list[int]:
+    # A batch of one ([text] or [[ids]]) is the same request as its single member.
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str | list):
+        value = value[0]
+    if isinstance(value, str):
+        if not value:
+            raise invalid("`prompt` must not be empty", "prompt")
+        return _utf8(value, "prompt")
+    if isinstance(value, list) and value and all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        return list(value)
+    if isinstance(value, list) and len(value) > 1 and all(isinstance(p, str | list) for p in value):
+        raise unsupported("prompt", "as a batch of several prompts")
+    raise invalid("`prompt` is required: a non-empty string or a non-empty list of token ids", "prompt")
+
+
+def _stop(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
+        raise invalid("`stop` must be a non-empty string or a list of non-empty strings", "stop")
+    return [_utf8(s, "stop") for s in value]
+
+
+def _int_list(value: Any, name: str) -> list[int]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        raise invalid(f"`{name}` must be a list of integers", name)
+    return list(value)
+
+
+def _stream_options(body: dict[str, Any], stream: bool) -> bool:
+    opts = body.get("stream_options")
+    if opts is None:
+        return False
+    if not stream:
+        raise invalid("`stream_options` is only allowed when `stream` is true", "stream_options")
+    if not isinstance(opts, dict):
+        raise invalid("`stream_options` must be an object", "stream_options")
+    include = opts.get("include_usage", False)
+    if not isinstance(include, bool):
+        raise invalid("`stream_options.include_usage` must be a boolean", "stream_options.include_usage")
+    return include
+
+
+def _int(body: dict[str, Any], name: str, lo: int | None = None, hi: int | None = None) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON writers often send 16.0 for 16
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise invalid(f"`{name}` must be an integer, got {json.dumps(value)[:40]}", name)
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise invalid(f"`{name}` must be {_range(lo, hi)}, got {value}", name)
+    return value
+
+
+def _float(body: dict[str, Any], name: str, default: float, lo: float, hi: float) -> float:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise invalid(f"`{name}` must be a number, got {json.dumps(value)[:40]}", name)
+    if not lo <= value <= hi:
+        raise invalid(f"`{name}` must be between {lo:g} and {hi:g}, got {value}", name)
+    return float(value)
+
+
+def _bool(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise invalid(f"`{name}` must be a boolean, got {json.dumps(value)[:40]}", name)
+    return value
+
+
+def _str_or_none(body: dict[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise invalid(f"`{name}` must be a string", name)
+    return value
+
+
+def _utf8(text: str, param: str) -> str:
+    # json.loads turns "\ud800" into a lone surrogate that no tokenizer can encode.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise invalid(f"`{param}` holds an invalid Unicode escape (a lone surrogate)", param) from None
+    return text
+
+
+def _range(lo: int | None, hi: int | None) -> str:
+    if lo is not None and hi is not None:
+        return f"between {lo} and {hi}"
+    return f">= {lo}" if lo is not None else f"<= {hi}"
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a valid JSON value")
+
+
+def _param_named_in(message: str) -> str | None:
+    """The request field a SamplingParams message is about (it names the field in its text)."""
+    return next((name for name in _SAMPLING_FIELDS if name in message), None)
+
+
+_SAMPLING_FIELDS = ("max_tokens", "min_tokens", "temperature", "top_p", "top_k", "seed", "stop_token_ids", "stop")

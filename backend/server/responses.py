@@ -1,0 +1,76 @@
+"""OpenAI response bodies: whole responses, stream chunks and usage, in exactly OpenAI's shapes."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from backend.server.protocol import Endpoint
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+
+
+@dataclass(slots=True)
+class ResponseBuilder:
+    """Builds every body of one request, so its id, `created` and model agree across all chunks."""
+
+    endpoint: Endpoint
+    request_hex: str
+    model: str
+    include_usage: bool = False
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def id(self) -> str:
+        prefix = "chatcmpl-" if self.endpoint is Endpoint.CHAT else "cmpl-"
+        return prefix + self.request_hex
+
+    def response(self, text: str, finish_reason: str, usage_body: dict[str, Any]) -> dict[str, Any]:
+        """The non-streaming body."""
+        if self.endpoint is Endpoint.CHAT:
+            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+                                      "logprobs": None, "finish_reason": finish_reason}
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+            obj = "text_completion"
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
+                "choices": [choice], "usage": usage_body}
+
+    def role_chunk(self) -> dict[str, Any] | None:
+        """Chat streams open with the assistant role and empty content, as OpenAI's do."""
+        if self.endpoint is not Endpoint.CHAT:
+            return None
+        return self._chunk({"role": "assistant", "content": ""}, None)
+
+    def text_chunk(self, text: str, finish_reason: str | None = None) -> dict[str, Any]:
+        if self.endpoint is Endpoint.CHAT:
+            return self._chunk({"content": text} if text else {}, finish_reason)
+        return self._chunk(text, finish_reason)
+
+    def usage_chunk(self, usage_body: dict[str, Any]) -> dict[str, Any]:
+        """The `include_usage` chunk: empty choices, the usage of the whole request."""
+        body = self._envelope()
+        body["choices"] = []
+        body["usage"] = usage_body
+        return body
+
+    def _chunk(self, delta: dict[str, Any] | str, finish_reason: str | None) -> dict[str, Any]:
+        if isinstance(delta, dict):
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        else:
+            choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": finish_reason}
+        body = self._envelope()
+        body["choices"] = [choice]
+        if self.include_usage:
+            body["usage"] = None  # OpenAI marks every chunk but the last as carrying no usage
+        return body
+
+    def _envelope(self) -> dict[str, Any]:
+        obj = "chat.completion.chunk" if self.endpoint is Endpoint.CHAT else "text_completion"
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}

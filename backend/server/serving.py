@@ -1,0 +1,267 @@
+"""The two completion endpoints: body in, engine request out, deltas back as one JSON body or an SSE stream.
+
+A request holds its 200 until the engine produced its first delta, so an overloaded or timed-out queue is
+still answered 503 with Retry-After (which lets a gateway fail over); after that, failures become an SSE
+`error` event. The client's disconnect is watched at every wait and aborts the engine request at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from backend.engine.errors import EngineOverloaded, InvalidGenerateRequest, QueueTimeout
+from backend.engine.records import Delta, GenerateRequest
+from backend.server import sse
+from backend.server.api_errors import ApiError, internal, invalid, model_not_found, too_large, unavailable
+from backend.server.protocol import (
+    Endpoint,
+    ValidatedRequest,
+    check_token_ids,
+    decode_json,
+    parse_request,
+    resolve_max_tokens,
+)
+from backend.server.request_log import CLIENT_GONE, RequestLogLine, request_id_from
+from backend.server.responses import ResponseBuilder, usage
+
+if TYPE_CHECKING:
+    from backend.engine.core import Engine
+    from backend.server.metrics import BackendMetrics
+    from backend.server.tracing import BackendTracing
+
+log = logging.getLogger("tidegate.backend.server")
+T = TypeVar("T")
+LOADING_RETRY_AFTER = 5.0
+OFF_LOOP_CHARS = 8192
+ROUTES = {Endpoint.CHAT.value: "/v1/chat/completions", Endpoint.COMPLETION.value: "/v1/completions"}
+
+
+class ClientGone(Exception):
+    """The client disconnected before its response could be sent."""
+
+
+class EngineAborted(Exception):
+    """The engine ended a request the client still waits for (a failed step, or shutdown)."""
+
+
+class OpenAIServing:
+    """Serves /v1/completions and /v1/chat/completions over one engine."""
+
+    def __init__(self, served_model: str, metrics: BackendMetrics, max_body_bytes: int,
+                 tracing: BackendTracing | None = None) -> None:
+        self.served_model = served_model
+        self.metrics = metrics
+        self.tracing = tracing
+        self.max_body_bytes = max_body_bytes
+        self.engine: Engine | None = None  # set once the model is loaded and warmed up
+
+    async def handle(self, request: Request, endpoint: Endpoint) -> Response:
+        record = RequestLogLine(request_id_from(request.headers), endpoint.value,
+                               traceparent=request.headers.get("traceparent"))
+        try:
+            response = await self._serve(request, endpoint, record)
+        except ApiError as err:
+            record.failed(err.status, err.message)
+            response = error_response(err)
+        except ClientGone:
+            record.failed(CLIENT_GONE, "client disconnected")
+            self._finished(record, None)
+            response = Response(status_code=CLIENT_GONE)
+        except Exception as exc:
+            response = error_response(self._internal_error(record, exc))
+        response.headers["x-request-id"] = record.request_id
+        if not isinstance(response, sse.EventStreamResponse):
+            record.write()  # a stream writes its record when it ends
+        return response
+
+    async def _serve(self, request: Request, endpoint: Endpoint, record: RequestLogLine) -> Response:
+        req = parse_request(decode_json(await read_body(request, self.max_body_bytes)), endpoint)
+        record.stream = req.stream
+        if req.model != self.served_model:
+            raise model_not_found(req.model)
+        engine = self.engine
+        if engine is None:
+            raise unavailable("the model is still loading", LOADING_RETRY_AFTER, "model_loading")
+        if prompt_chars(req) > OFF_LOOP_CHARS:  # a long prompt would stall every other stream while it encodes
+            prompt_ids = await asyncio.to_thread(self._prompt_ids, engine, req)
+        else:
+            prompt_ids = self._prompt_ids(engine, req)
+        params = req.sampling_params(resolve_max_tokens(req, len(prompt_ids), engine.max_model_len))
+        check_token_ids(params.stop_token_ids, engine.tokenizer.vocab_size, "stop_token_ids")
+        builder = ResponseBuilder(endpoint, uuid.uuid4().hex, self.served_model, req.include_usage)
+        record.response_id = builder.id
+        gen = GenerateRequest(request_id=builder.request_hex, prompt_token_ids=prompt_ids, params=params,
+                              priority=req.priority, cache_salt=req.cache_salt)
+        record.prompt_tokens = len(prompt_ids)
+        deltas = engine.generate(gen)
+        try:
+            first = await self._until_disconnect(request, anext(deltas), gen.request_id)
+        except (EngineOverloaded, QueueTimeout, InvalidGenerateRequest) as exc:
+            raise self._engine_refusal(exc) from None
+        if req.stream:
+            return sse.EventStreamResponse(self._events(first, deltas, builder, record))
+        text, last = await self._until_disconnect(request, self._collect(first, deltas, record), gen.request_id)
+        self._finished(record, last)
+        if last.finish_reason == "abort":  # the client is still here, so the engine gave up (a failed step)
+            raise EngineAborted
+        assert last.finish_reason is not None
+        return JSONResponse(builder.response(text, last.finish_reason, usage_of(last)))
+
+    def _prompt_ids(self, engine: Engine, req: ValidatedRequest) -> list[int]:
+        tok = engine.tokenizer
+        if req.messages is not None:
+            try:
+                text = tok.apply_chat_template(req.messages, add_generation_prompt=True)
+            except Exception as exc:  # a template may reject an order of roles it does not support
+                raise invalid(f"the chat template rejected `messages`: {exc}", "messages") from None
+            return tok.encode(text, add_special_tokens=False)  # the template already placed special tokens
+        if isinstance(req.prompt, list):
+            check_token_ids(req.prompt, tok.vocab_size, "prompt")
+            return list(req.prompt)
+        assert req.prompt is not None
+        return tok.encode(req.prompt, add_special_tokens=True)
+
+    async def _until_disconnect(self, request: Request, work: Awaitable[T], request_id: str) -> T:
+        """Await `work`, or abort the engine request and raise ClientGone if the client leaves first."""
+        task = asyncio.ensure_future(work)
+        watch = asyncio.ensure_future(sse.wait_for_disconnect(request.receive))
+        try:
+            done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+            if not task.done():
+                task.cancel()
+        if task not in done:
+            self._abort(request_id)
+            raise ClientGone
+        return task.result()
+
+    async def _collect(self, first: Delta, deltas: AsyncIterator[Delta],
+                       record: RequestLogLine) -> tuple[str, Delta]:
+        parts: list[str] = []
+        delta = first
+        while True:
+            if delta.token_ids:
+                record.token_seen()
+            parts.append(delta.text)
+            if delta.finish_reason is not None:
+                return "".join(parts), delta
+            delta = await anext(deltas)
+
+    async def _events(self, first: Delta, deltas: AsyncIterator[Delta], builder: ResponseBuilder,
+                      record: RequestLogLine) -> AsyncGenerator[bytes, None]:
+        """The SSE body; its `finally` runs on every exit, including the client's disconnect."""
+        last: Delta | None = None
+        try:
+            if (role := builder.role_chunk()) is not None:
+                yield sse.event(role)
+            delta = first
+            while True:
+                if delta.token_ids:
+                    record.token_seen()
+                if delta.text:
+                    yield sse.event(builder.text_chunk(delta.text))
+                if delta.finish_reason == "abort":
+                    raise EngineAborted
+                if delta.finish_reason is not None:
+                    last = delta
+                    break
+                try:
+                    delta = await anext(deltas)
+                except (EngineOverloaded, QueueTimeout, InvalidGenerateRequest) as exc:
+                    err = self._engine_refusal(exc)
+                    record.failed(err.status, err.message)
+                    yield sse.error_event(err)
+                    return
+            yield sse.event(builder.text_chunk("", last.finish_reason))
+            if builder.include_usage:
+                yield sse.event(builder.usage_chunk(usage_of(last)))
+            yield sse.DONE
+        except Exception as exc:
+            yield sse.error_event(self._internal_error(record, exc))
+        finally:
+            if last is None:
+                self._abort(builder.request_hex)
+                if record.error is None:
+                    record.failed(CLIENT_GONE, "client disconnected")
+            self._finished(record, last)
+
+    def _finished(self, record: RequestLogLine, last: Delta | None) -> None:
+        if last is not None:
+            record.completion_tokens = last.completion_tokens
+            record.cached_tokens = last.cached_tokens
+            record.finish_reason = last.finish_reason
+            timings = last.timings
+            if timings is not None and timings.scheduled is not None:
+                record.queue_time = timings.scheduled - timings.queued
+            self.metrics.request_finished(last.prompt_tokens, last.completion_tokens, last.finish_reason or "stop",
+                                          timings)
+            if self.tracing is not None and timings is not None:
+                headers = {"traceparent": record.traceparent} if record.traceparent else {}
+                self.tracing.record(headers, route=ROUTES[record.endpoint], request_id=record.request_id,
+                                    model=self.served_model, timings=timings, prompt_tokens=last.prompt_tokens,
+                                    completion_tokens=last.completion_tokens, cached_tokens=last.cached_tokens,
+                                    finish_reason=last.finish_reason, status_code=record.status)
+        elif record.status == CLIENT_GONE:
+            record.finish_reason = "abort"
+            self.metrics.request_finished(record.prompt_tokens, 0, "abort", None)
+        record.write()
+
+    def _internal_error(self, record: RequestLogLine, exc: Exception) -> ApiError:
+        """Log a failure that is ours, not the client's, with its request id; the client sees a plain 500."""
+        log.error("internal error in request %s: %r", record.request_id, exc,
+                  exc_info=not isinstance(exc, EngineAborted))
+        err = internal(record.request_id)
+        record.failed(err.status, err.message)
+        return err
+
+    def _engine_refusal(self, exc: Exception) -> ApiError:
+        if isinstance(exc, InvalidGenerateRequest):
+            return invalid(str(exc))
+        reason = "queue_timeout" if isinstance(exc, QueueTimeout) else "overloaded"
+        self.metrics.request_rejected(reason)
+        retry_after = float(getattr(exc, "retry_after", 1.0))
+        return unavailable(f"the server is overloaded: {exc}", retry_after, reason)
+
+    def _abort(self, request_id: str) -> None:
+        if self.engine is not None:
+            self.engine.abort(request_id)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it is known to exceed `limit`, declared or not."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise invalid("the Content-Length header is not a number")
+        if int(declared) > limit:
+            raise too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def prompt_chars(req: ValidatedRequest) -> int:
+    if req.messages is not None:
+        return sum(len(m["content"]) for m in req.messages)
+    return len(req.prompt) if isinstance(req.prompt, str) else 0
+
+
+def usage_of(delta: Delta) -> dict[str, Any]:
+    return usage(delta.prompt_tokens, delta.completion_tokens, delta.cached_tokens)
+
+
+def error_response(err: ApiError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status, headers=dict(err.headers))

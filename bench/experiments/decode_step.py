@@ -1,0 +1,119 @@
+"""Time of one engine-shaped decode step of the model, alone: B sequences, each C tokens of context.
+
+    .venv/bin/python -m bench.experiments.decode_step --batch 32 --context 320 --threads 2
+
+The model runs its forward and logits over a paged cache with each sequence's blocks scattered through the
+pool, as the runner does, with fresh metadata per step. Reports the median step, the median time of the
+weight matrix products alone for the same rows, and with `--profile` the top torch ops of three steps.
+`--thread` runs the steps in a second thread, as the engine's step loop does. Only the public model API is
+used (`load_model`, `model(...)`, `compute_logits`), so the script runs against older checkouts too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from backend.executor.attention import AttentionMetadata
+from backend.executor.model import LlamaModel
+from backend.loading.loader import load_model
+from backend.loading.model_cache import pull
+
+BLOCK = 16
+
+
+def step_fn(model: LlamaModel, batch: int, context: int) -> Callable[[], None]:
+    cfg = model.config
+    per_seq = -(-context // BLOCK)
+    num_blocks = batch * per_seq + 8
+    shape = (num_blocks, BLOCK, cfg.num_kv_heads, cfg.head_dim)
+    caches = [(torch.randn(shape), torch.randn(shape)) for _ in range(cfg.num_layers)]
+    tables = torch.randperm(num_blocks)[: batch * per_seq].view(batch, per_seq).int()
+    ids = torch.randint(1000, cfg.vocab_size, (batch,))
+    positions = torch.full((batch,), context - 1)
+    slots = tables[:, -1].long() * BLOCK + (context - 1) % BLOCK
+
+    def step() -> None:
+        meta = AttentionMetadata(
+            torch.arange(batch + 1, dtype=torch.int32), torch.full((batch,), context, dtype=torch.int32),
+            tables.clone(), slots.clone(), 1, context,
+        )
+        model.compute_logits(model(ids, positions, caches, meta))
+
+    return step
+
+
+def products_fn(model: LlamaModel, batch: int) -> Callable[[], None]:
+    """The step's weight matrix products alone (including the output head), through the model's own linear."""
+    cfg = model.config
+    x = torch.randn(batch, cfg.hidden_size)
+    o_in = torch.randn(batch, cfg.num_heads * cfg.head_dim)
+    down_in = torch.randn(batch, cfg.intermediate_size)
+
+    def products() -> None:
+        layer: Any
+        for layer in model.layers:
+            linear = getattr(layer, "linear", F.linear)  # older checkouts have no packed linear
+            linear(x, layer.qkv_proj)
+            linear(o_in, layer.o_proj)
+            linear(x, layer.gate_up_proj)
+            linear(down_in, layer.down_proj)
+        model.compute_logits(x)
+
+    return products
+
+
+def median_ms(fn: Callable[[], None], runs: int) -> float:
+    fn()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--context", type=int, default=320)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--thread", action="store_true", help="run the steps in a second thread")
+    parser.add_argument("--profile", action="store_true", help="print the top torch ops of three steps")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    model = load_model(pull("smollm2", quiet=True)).model
+    results: dict[str, float] = {}
+
+    def measure() -> None:
+        with torch.inference_mode():
+            step = step_fn(model, args.batch, args.context)
+            results["step"] = median_ms(step, args.runs)
+            results["products"] = median_ms(products_fn(model, args.batch), args.runs)
+            if args.profile:
+                with torch.profiler.profile() as prof:
+                    for _ in range(3):
+                        step()
+                print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=8))
+
+    if args.thread:
+        worker = threading.Thread(target=measure)
+        worker.start()
+        worker.join()
+    else:
+        measure()
+    where = "a second thread" if args.thread else "the main thread"
+    print(f"decode step, batch {args.batch}, context {args.context}, {args.threads} threads, in {where}: "
+          f"{results['step']:.1f} ms median; weight products alone {results['products']:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
