@@ -11,13 +11,14 @@ from starlette.responses import JSONResponse, Response
 
 from config import GatewaySettings
 from gateway.admission import estimate_prompt_tokens, max_output_tokens, rate_headers, refusal
+from gateway.assembly import Assembly
 from gateway.auth import authenticate
 from gateway.errors import ApiError, forbidden, not_found
 from gateway.exchange import Exchange
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import OpenAIRequest, parse
 from gateway.priority import PriorityPools
-from gateway.relay import StreamRelay, Usage
+from gateway.relay import Outcome, StreamRelay, Usage, outcome_error
 from gateway.request_extras import request_extras
 from gateway.router import Router
 from gateway.tracing import Tracing
@@ -77,8 +78,10 @@ class Proxy:
             raise
         exchange.record.channel, exchange.record.attempts = answer.channel.name, answer.attempts
         exchange.first_token()
-        if call.stream and answer.status == 200:
+        if answer.events is not None and call.stream:
             return self._stream(exchange, answer, call, headers, deadline)
+        if answer.events is not None:
+            return await self._assembled(exchange, answer, chat, headers, deadline)
         return await self._whole(exchange, answer, headers)
 
     def _check_model(self, key: KeyInfo, model: str) -> None:
@@ -119,6 +122,35 @@ class Proxy:
         await exchange.end(reply.status, "ok" if reply.status < 300 else "upstream_error", reply.usage)
         return Response(reply.body, reply.status, headers, media_type="application/json")
 
+    async def _assembled(self, exchange: Exchange, answer: Answer, chat: bool, headers: dict[str, str],
+                         deadline: float) -> Response:
+        """A non-streamed request answered from an upstream stream: one JSON body once the stream is done."""
+        relay = StreamRelay(answer, wants_usage=True, deadline=deadline, idle=answer.channel.timeouts.idle)
+        assembly = Assembly(chat, answer.model)
+        try:
+            async for chunk in relay.json_chunks():
+                assembly.add(chunk)
+        except BaseException:  # cancelled: the client has gone
+            await relay.close(StreamEnd.disconnected)
+            await exchange.end(499, relay.outcome.value, self._charged(exchange, relay))
+            raise
+        await relay.close(StreamEnd.finished)
+        if relay.outcome is Outcome.ok:
+            await exchange.end(200, relay.outcome.value, self._charged(exchange, relay))
+            return JSONResponse(assembly.answer(), headers=headers)
+        # a cut answer is never passed on truncated: the client gets an error, and is charged what was generated
+        error = outcome_error(relay.outcome)
+        await exchange.end(error.status, relay.outcome.value, self._charged(exchange, relay))
+        return JSONResponse(error.body(), error.status, headers)
+
+    @staticmethod
+    def _charged(exchange: Exchange, relay: StreamRelay) -> Usage:
+        # without the upstream's usage (cut, the client left, an upstream that does not count), charge the prompt
+        # estimate and what was generated
+        if relay.usage is not None and is_reported(relay.usage):
+            return relay.usage
+        return Usage(exchange.record.prompt_tokens, relay.chunks)
+
     def _stream(self, exchange: Exchange, answer: Answer, call: OpenAIRequest, headers: dict[str, str],
                 deadline: float) -> Response:
         relay = StreamRelay(answer, wants_usage=call.wants_usage, deadline=deadline,
@@ -126,10 +158,7 @@ class Proxy:
 
         async def end(how: StreamEnd = StreamEnd.finished) -> None:
             await relay.close(how)
-            # without the upstream's usage (cut, the client left, an upstream that does not count), charge the
-            # prompt estimate and what was generated
-            usage = relay.usage if is_reported(relay.usage) else Usage(exchange.record.prompt_tokens, relay.chunks)
-            await exchange.end(200, relay.outcome.value, usage)
+            await exchange.end(200, relay.outcome.value, self._charged(exchange, relay))
 
         # the total deadline covers writing to the client too: one that stops reading is cut there
         return EventStreamResponse(relay.stream(end), headers, deadline=deadline, on_close=end)
