@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 
 from gateway.errors import ApiError
-from gateway.sse import DONE
+from gateway.sse import DONE, has_content
 from gateway.upstream import Answer
 from tidegate.event_stream import DONE_EVENT, StreamEnd, data_event, error_event, json_event
 
@@ -76,7 +76,7 @@ class StreamRelay:
     def __init__(self, answer: Answer, *, wants_usage: bool, deadline: float, idle: float):
         self.answer = answer
         self.usage: Usage | None = None
-        self.chunks = 0  # choice-bearing chunks: the completion-token estimate when no usage arrives
+        self.chunks = 0  # token-bearing chunks: the completion-token estimate when no usage arrives
         self.outcome = Outcome.ok
         self._wants_usage = wants_usage
         self._rename = answer.model != answer.upstream_model
@@ -167,7 +167,7 @@ class StreamRelay:
         usage = usage_of(obj)
         if usage is not None:
             self.usage = usage
-        if obj.get("choices"):
+        if has_content(obj):  # not the role chunk: it carries no token
             self.chunks += 1
         return usage
 

@@ -51,6 +51,7 @@ class MockUpstream:
     port: int = field(default_factory=free_port)
     attempts: int = 0
     completed: int = 0
+    abandoned: int = 0  # streams whose client went away before they ended
     seen_bodies: list[dict[str, Any]] = field(default_factory=list)
     _server: uvicorn.Server | None = None
     _task: asyncio.Task[None] | None = None
@@ -138,6 +139,15 @@ class MockUpstream:
         return JSONResponse(answer)
 
     async def _chunks(self, model: str, chat: bool, n: int, prompt_tokens: int,
+                      include_usage: bool) -> AsyncIterator[bytes]:
+        try:
+            async for event in self._events(model, chat, n, prompt_tokens, include_usage):
+                yield event
+        except (asyncio.CancelledError, GeneratorExit):
+            self.abandoned += 1
+            raise
+
+    async def _events(self, model: str, chat: bool, n: int, prompt_tokens: int,
                       include_usage: bool) -> AsyncIterator[bytes]:
         base = {"id": "cmpl-1", "object": "chat.completion.chunk" if chat else "text_completion",
                 "created": int(time.time()), "model": model}
