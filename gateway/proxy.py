@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import Receive
 
 from config import GatewaySettings
 from gateway.admission import estimate_prompt_tokens, max_output_tokens, rate_headers, refusal
@@ -25,7 +27,7 @@ from gateway.tracing import Tracing
 from gateway.upstream import Answer, UpstreamClient, UpstreamRequest
 from gateway.upstream_answers import client_answer, is_reported
 from quota import KeyInfo, QuotaService
-from tidegate.event_stream import EventStreamResponse, StreamEnd
+from tidegate.event_stream import EventStreamResponse, StreamEnd, wait_for_disconnect
 from tidegate.request_body import read_body
 from tidegate.request_id import request_id as request_id_of
 
@@ -81,7 +83,7 @@ class Proxy:
         if answer.events is not None and call.stream:
             return self._stream(exchange, answer, call, headers, deadline)
         if answer.events is not None:
-            return await self._assembled(exchange, answer, chat, headers, deadline)
+            return await self._assembled(request, exchange, answer, chat, headers, deadline)
         return await self._whole(exchange, answer, headers)
 
     def _check_model(self, key: KeyInfo, model: str) -> None:
@@ -122,18 +124,21 @@ class Proxy:
         await exchange.end(reply.status, "ok" if reply.status < 300 else "upstream_error", reply.usage)
         return Response(reply.body, reply.status, headers, media_type="application/json")
 
-    async def _assembled(self, exchange: Exchange, answer: Answer, chat: bool, headers: dict[str, str],
-                         deadline: float) -> Response:
+    async def _assembled(self, request: Request, exchange: Exchange, answer: Answer, chat: bool,
+                         headers: dict[str, str], deadline: float) -> Response:
         """A non-streamed request answered from an upstream stream: one JSON body once the stream is done."""
         relay = StreamRelay(answer, wants_usage=True, deadline=deadline, idle=answer.channel.timeouts.idle)
         assembly = Assembly(chat, answer.model)
+        stayed = False
         try:
-            async for chunk in relay.json_chunks():
-                assembly.add(chunk)
-        except BaseException:  # cancelled: the client has gone
-            await relay.close(StreamEnd.disconnected)
-            await exchange.end(499, relay.outcome.value, self._charged(exchange, relay))
-            raise
+            # a client that leaves is noticed at once: closing the upstream call stops the generation there
+            stayed = await _unless_disconnected(self._fold(relay, assembly), request.receive)
+        finally:
+            if not stayed:
+                await relay.close(StreamEnd.disconnected)
+                await exchange.end(499, relay.outcome.value, self._charged(exchange, relay))
+        if not stayed:
+            return Response(status_code=499)  # nobody is there to read it
         await relay.close(StreamEnd.finished)
         if relay.outcome is Outcome.ok:
             await exchange.end(200, relay.outcome.value, self._charged(exchange, relay))
@@ -142,6 +147,11 @@ class Proxy:
         error = outcome_error(relay.outcome)
         await exchange.end(error.status, relay.outcome.value, self._charged(exchange, relay))
         return JSONResponse(error.body(), error.status, headers)
+
+    @staticmethod
+    async def _fold(relay: StreamRelay, assembly: Assembly) -> None:
+        async for chunk in relay.json_chunks():
+            assembly.add(chunk)
 
     @staticmethod
     def _charged(exchange: Exchange, relay: StreamRelay) -> Usage:
@@ -174,3 +184,19 @@ class Proxy:
             for model in self.router.models() if key.allows(model)
         ]
         return JSONResponse({"object": "list", "data": data}, headers={"x-request-id": request_id})
+
+
+async def _unless_disconnected(work: Awaitable[None], receive: Receive) -> bool:
+    """Runs `work` to its end and says True, or cancels it and says False when the client goes away first."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(wait_for_disconnect(receive))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        task.cancel()
+        watch.cancel()
+        await asyncio.gather(task, watch, return_exceptions=True)
+    if task.cancelled():
+        return False
+    task.result()  # an unexpected failure of the work is the caller's
+    return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -108,3 +109,22 @@ async def test_a_server_error_on_the_only_channel_is_retried_there(upstreams: St
     with pytest.raises(openai.APIStatusError) as failed:
         await gateway.client(secret).chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=2)
     assert failed.value.status_code == 502 and failing.attempts == 3
+
+
+async def test_a_non_streamed_client_that_leaves_stops_the_generation_and_is_charged_what_was_generated(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    upstream = await upstreams(chunk_delay=0.05)
+    gateway = await gateway_for([upstream], timeouts=TIMEOUTS)
+    key_id, secret = await gateway.key()
+    body = {"model": "smollm2", "messages": MESSAGES, "max_tokens": 200}  # 10 s of generation
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=httpx.Timeout(10, read=0.6)) as http:
+        with pytest.raises(httpx.ReadTimeout):  # the client gives up; httpx closes the connection
+            await http.post("/v1/chat/completions", json=body, headers={"authorization": f"Bearer {secret}"})
+    await wait_until_async(lambda: upstream.abandoned == 1, what="the upstream seeing the gateway hang up")
+
+    async def settled() -> dict[str, int] | None:
+        usage = await gateway.usage(key_id=key_id)
+        return usage if usage["requests"] == 1 else None
+
+    usage = await wait_until_async(settled, what="the abandoned request settled")
+    assert 1 <= usage["completion_tokens"] < 200
