@@ -130,6 +130,8 @@ class UpstreamClient:
                         barred.add(channel.name)
             if attempt + 1 == self._retries.max_attempts:
                 break
+            if last.kind is FailureKind.first_token and not self._has_other(request.model, barred):
+                break  # every channel let this request's first token time out: no backoff to wait out
             wait = self._backoff(attempt, last, self._has_other(request.model, tried))
             if wait is None or time.monotonic() + wait >= request.deadline:
                 break
@@ -137,7 +139,6 @@ class UpstreamClient:
         raise _final_error(request.model, last)
 
     def _has_other(self, model: str, tried: set[str]) -> bool:
-        # `tried` holds every barred channel too
         return any(c.name not in tried and model in c.config.models and c.healthy for c in self._router.channels)
 
     def _backoff(self, attempt: int, failure: AttemptFailed, other_channel: bool) -> float | None:
