@@ -1,4 +1,5 @@
-"""The relay: an upstream answer passed to the client chunk by chunk, with its usage read on the way."""
+"""The relay: an upstream answer passed to the client chunk by chunk, or handed to the assembly as parsed chunks,
+with its usage read on the way."""
 
 from __future__ import annotations
 
