@@ -54,6 +54,17 @@ async def test_a_channel_that_cannot_stream_gets_a_whole_request(upstreams: Star
     assert not upstream.seen_bodies[0].get("stream") and "stream_options" not in upstream.seen_bodies[0]
 
 
+
+async def test_an_upstream_that_answers_whole_although_asked_for_a_stream_is_served_as_it_answered(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    upstream = await upstreams(Fault.never_streams)
+    gateway = await gateway_for([upstream])
+    key_id, secret = await gateway.key()
+    chat = await gateway.client(secret).chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=3)
+    assert chat.choices[0].message.content == "t0 t1 t2 " and upstream.seen_bodies[0]["stream"] is True
+    assert (await gateway.usage(key_id=key_id))["completion_tokens"] == 3
+
+
 @pytest.mark.parametrize(("fault", "stall_at", "status", "code"), [
     (Fault.none, 3, 504, "upstream_timeout"),  # three tokens, then silence past `idle`
     (Fault.cut, -1, 502, "stream_cut"),  # the upstream drops the connection after half the tokens

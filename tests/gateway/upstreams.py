@@ -36,6 +36,7 @@ class Fault(StrEnum):
     no_usage = "no_usage"  # answers without `usage`
     html_400 = "html_400"  # a 400 from a proxy in front of the model: HTML with an API key and an internal URL
     leaky_400 = "leaky_400"  # an OpenAI-shaped 400 whose message carries an API key and an internal URL
+    never_streams = "never_streams"  # answers a whole body even when asked for a stream
 
 
 @dataclass
@@ -111,7 +112,7 @@ class MockUpstream:
         chat = request.url.path.endswith("/chat/completions")
         n = int(body.get("max_tokens") or 5)
         prompt_tokens = len(json.dumps(body.get("messages") or body.get("prompt"))) // 4
-        if body.get("stream"):
+        if body.get("stream") and self.fault is not Fault.never_streams:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             include_usage = include_usage and self.fault is not Fault.no_usage
             chunks = self._chunks(body["model"], chat, n, prompt_tokens, include_usage)
