@@ -49,6 +49,9 @@ class Channel(BaseModel):
     max_concurrency: int = Field(default=64, ge=1)
     timeouts: Timeouts | None = None
     health_path: str | None = "/health"  # null for upstreams without one (a cloud API)
+    # ask for a stream even for a non-streamed client, so `first_token` means the first token and a cut answer is
+    # charged what was generated; false for upstreams that cannot stream
+    stream_upstream: bool = True
 
     @field_validator("models", mode="before")
     @classmethod

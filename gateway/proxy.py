@@ -4,27 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import Receive
 
 from config import GatewaySettings
 from gateway.admission import estimate_prompt_tokens, max_output_tokens, rate_headers, refusal
+from gateway.assembly import Assembly
 from gateway.auth import authenticate
 from gateway.errors import ApiError, forbidden, not_found
 from gateway.exchange import Exchange
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import OpenAIRequest, parse
 from gateway.priority import PriorityPools
-from gateway.relay import StreamRelay, Usage
+from gateway.relay import Outcome, StreamRelay, Usage, outcome_error
 from gateway.request_extras import request_extras
 from gateway.router import Router
 from gateway.tracing import Tracing
 from gateway.upstream import Answer, UpstreamClient, UpstreamRequest
 from gateway.upstream_answers import client_answer, is_reported
 from quota import KeyInfo, QuotaService
-from tidegate.event_stream import EventStreamResponse, StreamEnd
+from tidegate.event_stream import EventStreamResponse, StreamEnd, wait_for_disconnect
 from tidegate.request_body import read_body
 from tidegate.request_id import request_id as request_id_of
 
@@ -77,8 +80,10 @@ class Proxy:
             raise
         exchange.record.channel, exchange.record.attempts = answer.channel.name, answer.attempts
         exchange.first_token()
-        if call.stream and answer.status == 200:
+        if answer.events is not None and call.stream:
             return self._stream(exchange, answer, call, headers, deadline)
+        if answer.events is not None:
+            return await self._assembled(request, exchange, answer, chat, headers, deadline)
         return await self._whole(exchange, answer, headers)
 
     def _check_model(self, key: KeyInfo, model: str) -> None:
@@ -119,6 +124,43 @@ class Proxy:
         await exchange.end(reply.status, "ok" if reply.status < 300 else "upstream_error", reply.usage)
         return Response(reply.body, reply.status, headers, media_type="application/json")
 
+    async def _assembled(self, request: Request, exchange: Exchange, answer: Answer, chat: bool,
+                         headers: dict[str, str], deadline: float) -> Response:
+        """A non-streamed request answered from an upstream stream: one JSON body once the stream is done."""
+        relay = StreamRelay(answer, wants_usage=True, deadline=deadline, idle=answer.channel.timeouts.idle)
+        assembly = Assembly(chat, answer.model)
+        stayed = False
+        try:
+            # a client that leaves is noticed at once: closing the upstream call stops the generation there
+            stayed = await _unless_disconnected(self._fold(relay, assembly), request.receive)
+        finally:
+            if not stayed:
+                await relay.close(StreamEnd.disconnected)
+                await exchange.end(499, relay.outcome.value, self._charged(exchange, relay))
+        if not stayed:
+            return Response(status_code=499)  # nobody is there to read it
+        await relay.close(StreamEnd.finished)
+        if relay.outcome is Outcome.ok:
+            await exchange.end(200, relay.outcome.value, self._charged(exchange, relay))
+            return JSONResponse(assembly.answer(), headers=headers)
+        # a cut answer is never passed on truncated: the client gets an error, and is charged what was generated
+        error = outcome_error(relay.outcome)
+        await exchange.end(error.status, relay.outcome.value, self._charged(exchange, relay))
+        return JSONResponse(error.body(), error.status, headers)
+
+    @staticmethod
+    async def _fold(relay: StreamRelay, assembly: Assembly) -> None:
+        async for chunk in relay.json_chunks():
+            assembly.add(chunk)
+
+    @staticmethod
+    def _charged(exchange: Exchange, relay: StreamRelay) -> Usage:
+        # without the upstream's usage (cut, the client left, an upstream that does not count), charge the prompt
+        # estimate and what was generated
+        if relay.usage is not None and is_reported(relay.usage):
+            return relay.usage
+        return Usage(exchange.record.prompt_tokens, relay.chunks)
+
     def _stream(self, exchange: Exchange, answer: Answer, call: OpenAIRequest, headers: dict[str, str],
                 deadline: float) -> Response:
         relay = StreamRelay(answer, wants_usage=call.wants_usage, deadline=deadline,
@@ -126,10 +168,7 @@ class Proxy:
 
         async def end(how: StreamEnd = StreamEnd.finished) -> None:
             await relay.close(how)
-            # without the upstream's usage (cut, the client left, an upstream that does not count), charge the
-            # prompt estimate and what was generated
-            usage = relay.usage if is_reported(relay.usage) else Usage(exchange.record.prompt_tokens, relay.chunks)
-            await exchange.end(200, relay.outcome.value, usage)
+            await exchange.end(200, relay.outcome.value, self._charged(exchange, relay))
 
         # the total deadline covers writing to the client too: one that stops reading is cut there
         return EventStreamResponse(relay.stream(end), headers, deadline=deadline, on_close=end)
@@ -145,3 +184,19 @@ class Proxy:
             for model in self.router.models() if key.allows(model)
         ]
         return JSONResponse({"object": "list", "data": data}, headers={"x-request-id": request_id})
+
+
+async def _unless_disconnected(work: Awaitable[None], receive: Receive) -> bool:
+    """Runs `work` to its end and says True, or cancels it and says False when the client goes away first."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(wait_for_disconnect(receive))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        task.cancel()
+        watch.cancel()
+        await asyncio.gather(task, watch, return_exceptions=True)
+    if task.cancelled():
+        return False
+    task.result()  # an unexpected failure of the work is the caller's
+    return True

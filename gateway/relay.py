@@ -1,4 +1,5 @@
-"""The relay: an upstream answer passed to the client chunk by chunk, with its usage read on the way."""
+"""The relay: an upstream answer passed to the client chunk by chunk, or handed to the assembly as parsed chunks,
+with its usage read on the way."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import aiohttp
 
 from gateway.errors import ApiError
-from gateway.sse import DONE
+from gateway.sse import DONE, has_content
 from gateway.upstream import Answer
 from tidegate.event_stream import DONE_EVENT, StreamEnd, data_event, error_event, json_event
 
@@ -59,6 +60,13 @@ def rewrite_body(answer: Answer) -> tuple[bytes, Usage | None]:
     return answer.body, usage_of(obj)
 
 
+def outcome_error(outcome: Outcome) -> ApiError:
+    """What the client is told about an answer that failed after its first token."""
+    if outcome is Outcome.timeout:
+        return ApiError(504, "the upstream stalled past its idle or total deadline", "timeout", "upstream_timeout")
+    return ApiError(502, "the upstream stream broke off before it finished", "upstream_error", "stream_cut")
+
+
 class StreamRelay:
     """Passes an SSE answer through event by event under the idle and total deadlines.
 
@@ -69,23 +77,49 @@ class StreamRelay:
     def __init__(self, answer: Answer, *, wants_usage: bool, deadline: float, idle: float):
         self.answer = answer
         self.usage: Usage | None = None
-        self.chunks = 0  # choice-bearing chunks: the completion-token estimate when no usage arrives
+        self.chunks = 0  # token-bearing chunks: the completion-token estimate when no usage arrives
         self.outcome = Outcome.ok
         self._wants_usage = wants_usage
         self._rename = answer.model != answer.upstream_model
         self._deadline = deadline
         self._idle = idle
         self._done = False
+        self._broke_off = False  # the upstream ended the stream without [DONE] and without an error of its own
 
     async def stream(self, before_end: Callable[[], Awaitable[None]]) -> AsyncIterator[bytes]:
         """The client's events; `before_end` runs before the last one, so usage is settled by the time
         the client sees the stream end."""
-        for data in self.answer.first_events:
+        async for data in self.payloads():
             out = self._transform(data)
             if out:
                 if self._done:
                     await before_end()
                 yield out
+        if self.outcome is Outcome.timeout or self._broke_off:
+            await before_end()
+            yield error_event(outcome_error(self.outcome))
+
+    async def json_chunks(self) -> AsyncIterator[dict[str, Any]]:
+        """The answer's chunks as JSON objects, their usage noted; a chunk that is not one cuts the answer."""
+        async for data in self.payloads():
+            if data == DONE:
+                continue
+            try:
+                obj = json.loads(data)
+            except (ValueError, RecursionError):
+                obj = None
+            if not isinstance(obj, dict):
+                self.outcome = Outcome.cut
+                return
+            self._note(obj)
+            yield obj
+
+    async def payloads(self) -> AsyncIterator[bytes]:
+        """Each event's data, the held first events first, the rest under the idle and total deadlines;
+        `outcome` says how the stream ended once this is exhausted."""
+        for data in self.answer.first_events:
+            self._done = self._done or data == DONE
+            yield data
         events = self.answer.events
         while events is not None and not self._done:
             remaining = self._deadline - time.monotonic()
@@ -96,22 +130,14 @@ class StreamRelay:
                 break
             except TimeoutError:
                 self.outcome = Outcome.timeout
-                await before_end()
-                yield error_event(ApiError(504, "the upstream stalled past its idle or total deadline", "timeout",
-                                           "upstream_timeout"))
                 return
             except (aiohttp.ClientError, ValueError):
                 break
-            out = self._transform(data)
-            if out:
-                if self._done:
-                    await before_end()
-                yield out
+            self._done = data == DONE
+            yield data
         if not self._done and self.outcome is Outcome.ok:
             self.outcome = Outcome.cut
-            await before_end()
-            yield error_event(ApiError(502, "the upstream stream broke off before it finished", "upstream_error",
-                                       "stream_cut"))
+            self._broke_off = True
 
     def _transform(self, data: bytes) -> bytes | None:
         if data == DONE:
@@ -126,13 +152,7 @@ class StreamRelay:
             return data_event(data)
         if not isinstance(obj, dict):
             return data_event(data)
-        if "error" in obj:
-            self.outcome = Outcome.cut
-        usage = usage_of(obj)
-        if usage is not None:
-            self.usage = usage
-        if obj.get("choices"):
-            self.chunks += 1
+        usage = self._note(obj)
         if not self._wants_usage:
             if usage is not None and not obj.get("choices"):
                 return None
@@ -140,6 +160,17 @@ class StreamRelay:
         if self._rename and "model" in obj:
             obj["model"] = self.answer.model
         return json_event(obj)
+
+    def _note(self, obj: dict[str, Any]) -> Usage | None:
+        """Record what a chunk says about the whole: an upstream error, usage, one more generated chunk."""
+        if "error" in obj:
+            self.outcome = Outcome.cut
+        usage = usage_of(obj)
+        if usage is not None:
+            self.usage = usage
+        if has_content(obj):  # not the role chunk: it carries no token
+            self.chunks += 1
+        return usage
 
     async def close(self, end: StreamEnd) -> None:
         if end is StreamEnd.disconnected:

@@ -25,12 +25,13 @@ class Router:
     def serves(self, model: str) -> bool:
         return any(model in c.config.models for c in self.channels)
 
-    def pick(self, model: str, exclude: frozenset[str] | set[str] = frozenset()) -> ChannelState | None:
-        """A channel that may take `model` now, avoiding `exclude` while another choice exists.
+    def pick(self, model: str, exclude: frozenset[str] | set[str] = frozenset(),
+             barred: frozenset[str] | set[str] = frozenset()) -> ChannelState | None:
+        """A channel that may take `model` now, avoiding `exclude` while another choice exists, never `barred`.
 
         Claims the breaker's half-open probe when it picks a half-open channel.
         """
-        usable = [c for c in self.channels if self._usable(c, model)]
+        usable = [c for c in self.channels if c.name not in barred and self._usable(c, model)]
         fresh = [c for c in usable if c.name not in exclude]
         pool = fresh or usable
         if not pool:

@@ -1,9 +1,12 @@
 """The upstream client: one call to a model, over as many attempts and channels as the deadline allows.
 
 Layered deadlines per attempt: connect, first token (the first content token, not the headers) and
-the total deadline of the request; the idle deadline between chunks is the relay's. Retries cover
-connect errors, timeouts before the first byte, 429 and 5xx, move to another channel when one exists,
-back off exponentially with full jitter and honour `Retry-After` when it fits in what is left.
+the total deadline of the request; the idle deadline between chunks is the relay's. A non-streamed request is
+streamed upstream too (unless its channel cannot stream), so the first token means the same for both.
+
+Retries cover connect errors, broken answers, 429 and 5xx before the first byte, prefer a channel not yet tried,
+back off exponentially with full jitter and honour `Retry-After` when it fits in what is left. A first-token
+timeout is a slow generation, not a fault: it moves to another channel or ends, never tries the same one again.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ class FailureKind(StrEnum):
     """How an attempt failed, classified by transport outcome and status, never by message text."""
 
     connect = "connect"
-    timeout = "timeout"
+    timeout = "timeout"  # the connect deadline, or nothing left of the request's deadline
+    first_token = "first_token"  # connected, but no first token in time: the upstream may still be generating
     rate_limited = "rate_limited"
     server_error = "server_error"
     broken = "broken"  # the connection broke or the answer was not HTTP/SSE we can read
@@ -68,9 +72,9 @@ class Answer:
     status: int
     response: aiohttp.ClientResponse
     attempts: int
-    body: bytes = b""  # the whole body, when not streaming or not 2xx
+    body: bytes = b""  # the whole body, when not streamed upstream or not 2xx
     first_events: list[bytes] = field(default_factory=list)  # events up to and including the first token
-    events: AsyncIterator[bytes] | None = None  # the rest of the stream
+    events: AsyncIterator[bytes] | None = None  # the rest of the stream; None for a whole body
     _finished: bool = False
 
     async def finish(self, ok: bool | None) -> None:
@@ -105,9 +109,10 @@ class UpstreamClient:
 
     async def call(self, request: UpstreamRequest) -> Answer:
         tried: set[str] = set()
+        barred: set[str] = set()  # channels that let a first token time out: a retry there would only pile on
         last: AttemptFailed | None = None
         for attempt in range(self._retries.max_attempts):
-            channel = self._router.pick(request.model, tried)
+            channel = self._router.pick(request.model, tried, barred)
             if channel is None:
                 break
             headers: dict[str, str] = {}
@@ -121,8 +126,12 @@ class UpstreamClient:
                     span.set_attribute("error.type", failure.kind.value)
                     last = failure
                     tried.add(channel.name)
+                    if failure.kind is FailureKind.first_token:
+                        barred.add(channel.name)
             if attempt + 1 == self._retries.max_attempts:
                 break
+            if last.kind is FailureKind.first_token and not self._has_other(request.model, barred):
+                break  # every channel let this request's first token time out: no backoff to wait out
             wait = self._backoff(attempt, last, self._has_other(request.model, tried))
             if wait is None or time.monotonic() + wait >= request.deadline:
                 break
@@ -156,7 +165,7 @@ class UpstreamClient:
             async with asyncio.timeout(min(timeouts.first_token, remaining)):
                 response = await self._send(channel, request, upstream_model, headers)
                 answer = Answer(channel, request.model, upstream_model, response.status, response, attempt)
-                await self._read_head(answer, request.stream)
+                await self._read_head(answer, request.stream, streams_upstream(channel, request))
                 return answer
         except AttemptFailed as refused:
             await _give_up(channel, request.model, response, refused)
@@ -164,8 +173,10 @@ class UpstreamClient:
         except TimeoutError as exc:
             # aiohttp's connect timeout is a TimeoutError too: a deadline (504, as nginx and Envoy answer),
             # not a refusal (502)
-            detail = type(exc).__name__ if isinstance(exc, aiohttp.ClientError) else "no first token in time"
-            failure = AttemptFailed(FailureKind.timeout, detail)
+            if isinstance(exc, aiohttp.ClientError):
+                failure = AttemptFailed(FailureKind.timeout, type(exc).__name__)
+            else:
+                failure = AttemptFailed(FailureKind.first_token, "no first token in time")
         except aiohttp.ClientConnectorError as exc:
             failure = AttemptFailed(FailureKind.connect, f"cannot connect: {type(exc).__name__}")
         except (aiohttp.ClientError, ValueError) as exc:
@@ -182,8 +193,9 @@ class UpstreamClient:
         body = dict(request.body)
         body["model"] = upstream_model
         body.update({name: value for name, value in request.extras.items() if name in channel.config.extras})
-        if request.stream:
+        if streams_upstream(channel, request):
             # usage is needed to settle; the relay strips it again if the client did not ask for it
+            body["stream"] = True
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         headers["content-type"] = "application/json"
         # a compressed answer would have to be decoded before its usage can be read; ask for it plain
@@ -198,7 +210,7 @@ class UpstreamClient:
         return await self._client.post(channel.upstream_url(request.path), data=json.dumps(body).encode(),
                                        headers=headers, timeout=timeout)
 
-    async def _read_head(self, answer: Answer, stream: bool) -> None:
+    async def _read_head(self, answer: Answer, client_stream: bool, stream: bool) -> None:
         status = answer.status
         if status == 429 or status >= 500:
             await answer.response.read()
@@ -207,7 +219,9 @@ class UpstreamClient:
             busy = status == 429 or (status == 503 and retry_after is not None)
             kind = FailureKind.rate_limited if busy else FailureKind.server_error
             raise AttemptFailed(kind, f"upstream answered {status}", retry_after)
-        if not stream or status >= 300:
+        # an upstream that answers a whole body although asked for a stream is served as it answered
+        whole = not client_stream and answer.response.content_type != "text/event-stream"
+        if not stream or status >= 300 or whole:
             answer.body = await answer.response.read()
             return
         answer.events = split_events(answer.response.content.iter_any())
@@ -216,6 +230,11 @@ class UpstreamClient:
             if data == DONE or has_content(json.loads(data)):
                 return
         raise AttemptFailed(FailureKind.broken, "the stream ended before its first token")
+
+
+def streams_upstream(channel: ChannelState, request: UpstreamRequest) -> bool:
+    """Whether an attempt asks for a stream: always for a streamed client, else when the channel can stream."""
+    return request.stream or channel.config.stream_upstream
 
 
 async def _give_up(channel: ChannelState, model: str, response: aiohttp.ClientResponse | None,
@@ -251,7 +270,7 @@ def _final_error(model: str, failure: AttemptFailed | None) -> ApiError:
     if failure is None:
         return unavailable(f"no healthy channel serves model {model!r} now", retry_after=1.0,
                            code="no_healthy_channel")
-    if failure.kind is FailureKind.timeout:
+    if failure.kind in (FailureKind.timeout, FailureKind.first_token):
         return gateway_timeout(f"the upstream for {model!r} did not answer in time: {failure.detail}")
     if failure.kind is FailureKind.rate_limited:
         return ApiError(503, f"every channel for {model!r} is saturated", "service_unavailable",

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import importlib.util
+from typing import Any
 
+import httpx
 import pytest
 
 from tests.gateway.harness import GatewayHarness
+from tests.reliability.processes import metric_value
+from tests.waiting import wait_until_async
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("backend.server") is None,
                                 reason="backend/server.py has not landed")
@@ -38,3 +44,58 @@ async def test_chat_and_completions_through_the_gateway_settle_the_backends_usag
     assert usage["requests"] == 4
     assert usage["completion_tokens"] == 6 + text.usage.completion_tokens + 5 + 3
     assert usage["prompt_tokens"] >= chat.usage.prompt_tokens + text.usage.prompt_tokens
+
+
+@pytest.mark.parametrize(("path", "prompt"), [
+    ("/chat/completions", {"messages": [{"role": "user", "content": "Name three colours."}]}),
+    ("/completions", {"prompt": "A painter mixes colours on a palette every morning before work. "
+                                "She knows that the three primary colours are"}),
+])
+async def test_an_assembled_answer_matches_the_backends_own_non_streamed_answer(
+        backend_url: str, backend_gateway: GatewayHarness, path: str, prompt: dict[str, Any]) -> None:
+    _, secret = await backend_gateway.key()
+    body = {"model": "smollm2", **prompt, "max_tokens": 12, "temperature": 0, "seed": 11, "stream": False}
+    auth = {"authorization": f"Bearer {secret}"}
+    async with httpx.AsyncClient(timeout=120) as http:
+        # first calls fill the prefix cache (the gateway's own, salted per account, too), so both answers below
+        # report the same cached prompt tokens
+        for _ in range(2):
+            direct = (await http.post(backend_url + path, json=body)).json()
+            via = await http.post(backend_gateway.url + "/v1" + path, json=body, headers=auth)
+    assembled = via.json()
+    assert via.status_code == 200, assembled
+    assert assembled["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    for varies in ("id", "created"):
+        assert type(assembled.pop(varies)) is type(direct.pop(varies))
+    assert assembled == direct
+    assert list(assembled) == list(direct) and list(assembled["choices"][0]) == list(direct["choices"][0])
+
+
+async def test_a_client_that_leaves_an_assembled_answer_aborts_the_backends_generation(
+        backend_url: str, backend_gateway: GatewayHarness) -> None:
+    _, secret = await backend_gateway.key()
+    origin = backend_url.removesuffix("/v1")
+
+    async def backend(name: str, **labels: str) -> float:
+        async with httpx.AsyncClient(timeout=10) as http:
+            return metric_value((await http.get(origin + "/metrics")).text, name, **labels)
+
+    aborted = "tidegate_backend_request_success_total"
+    before = await backend(aborted, finished_reason="abort")
+    body = {"model": "smollm2", "messages": [{"role": "user", "content": "Tell a long story."}],
+            "max_tokens": 2000, "ignore_eos": True, "temperature": 0}
+    async with httpx.AsyncClient(timeout=120) as http:
+        leaving = asyncio.create_task(http.post(backend_gateway.url + "/v1/chat/completions", json=body,
+                                                headers={"authorization": f"Bearer {secret}"}))
+        await wait_until_async(lambda: backend("tidegate_backend_num_requests_running"), timeout=60,
+                               what="the backend generating")
+        leaving.cancel()  # the client hangs up mid-generation
+        with contextlib.suppress(asyncio.CancelledError):
+            await leaving
+
+    async def aborted_once() -> bool:
+        return await backend(aborted, finished_reason="abort") == before + 1
+
+    # 2000 tokens would take minutes on a CPU; the abort comes as soon as the gateway closes its upstream call
+    await wait_until_async(aborted_once, timeout=30, what="the backend aborting the abandoned generation")
+    assert await backend("tidegate_backend_num_requests_running") == 0

@@ -20,8 +20,9 @@ Start = Callable[..., Awaitable[MockUpstream]]
 
 
 async def answer_from(session: aiohttp.ClientSession, upstream: MockUpstream, stream: bool,
-                      max_tokens: int = 6) -> Answer:
-    config = Channel(name="c", base_url=upstream.base_url, models={"public": "private"})
+                      max_tokens: int = 6, stream_upstream: bool = True) -> Answer:
+    config = Channel(name="c", base_url=upstream.base_url, models={"public": "private"},
+                     stream_upstream=stream_upstream)
     state = ChannelState(config, Timeouts(connect=1, first_token=2, idle=0.3, total=5), Breaker())
     client = UpstreamClient(Router([state]), Retries(max_attempts=1), session)
     body = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": max_tokens, "stream": stream}
@@ -81,7 +82,7 @@ async def test_an_upstream_stalling_mid_stream_hits_the_idle_deadline(upstreams:
 
 
 async def test_a_whole_answer_gets_the_public_model_name_and_its_usage_read(upstreams: Start, session: aiohttp.ClientSession) -> None:
-    answer = await answer_from(session, await upstreams(), stream=False)
+    answer = await answer_from(session, await upstreams(), stream=False, stream_upstream=False)
     body, usage = rewrite_body(answer)
     await answer.finish(True)
     assert json.loads(body)["model"] == "public" and usage is not None and usage.completion_tokens == 6

@@ -43,3 +43,10 @@ def test_unhealthy_full_and_excluded_channels_are_skipped_and_tiers_fall_back() 
     assert router.pick("m", {"b"}).name == "b"  # type: ignore[union-attr]  # a retry may reuse the only one
     assert router.pick("other") is None
     assert router.models() == ["m"] and router.serves("m")
+
+
+def test_an_excluded_channel_may_be_reused_but_a_barred_one_never() -> None:
+    only = state("only")
+    router = Router([only], random.Random(1))
+    assert router.pick("m", {"only"}) is only  # a 5xx retry may go back to the only channel
+    assert router.pick("m", {"only"}, {"only"}) is None  # a first-token timeout may not

@@ -36,6 +36,7 @@ class Fault(StrEnum):
     no_usage = "no_usage"  # answers without `usage`
     html_400 = "html_400"  # a 400 from a proxy in front of the model: HTML with an API key and an internal URL
     leaky_400 = "leaky_400"  # an OpenAI-shaped 400 whose message carries an API key and an internal URL
+    never_streams = "never_streams"  # answers a whole body even when asked for a stream
 
 
 @dataclass
@@ -51,6 +52,7 @@ class MockUpstream:
     port: int = field(default_factory=free_port)
     attempts: int = 0
     completed: int = 0
+    abandoned: int = 0  # streams whose client went away before they ended
     seen_bodies: list[dict[str, Any]] = field(default_factory=list)
     _server: uvicorn.Server | None = None
     _task: asyncio.Task[None] | None = None
@@ -110,7 +112,7 @@ class MockUpstream:
         chat = request.url.path.endswith("/chat/completions")
         n = int(body.get("max_tokens") or 5)
         prompt_tokens = len(json.dumps(body.get("messages") or body.get("prompt"))) // 4
-        if body.get("stream"):
+        if body.get("stream") and self.fault is not Fault.never_streams:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             include_usage = include_usage and self.fault is not Fault.no_usage
             chunks = self._chunks(body["model"], chat, n, prompt_tokens, include_usage)
@@ -138,6 +140,15 @@ class MockUpstream:
         return JSONResponse(answer)
 
     async def _chunks(self, model: str, chat: bool, n: int, prompt_tokens: int,
+                      include_usage: bool) -> AsyncIterator[bytes]:
+        try:
+            async for event in self._events(model, chat, n, prompt_tokens, include_usage):
+                yield event
+        except (asyncio.CancelledError, GeneratorExit):
+            self.abandoned += 1
+            raise
+
+    async def _events(self, model: str, chat: bool, n: int, prompt_tokens: int,
                       include_usage: bool) -> AsyncIterator[bytes]:
         base = {"id": "cmpl-1", "object": "chat.completion.chunk" if chat else "text_completion",
                 "created": int(time.time()), "model": model}
