@@ -15,7 +15,7 @@ from tests.servers import free_port, wait_for_port
 
 @contextmanager
 def instant_upstream(workdir: Path, chunks: int = 20) -> Iterator[str]:
-    """`bench.instant_upstream` as a process: answers at once, so the gateway is all that is measured."""
+    """`bench.experiments.instant_upstream` as a process: answers at once, so the gateway is all that is measured."""
     port = free_port()
     upstream = Process([sys.executable, "-m", "bench.experiments.instant_upstream", "--port", str(port), "--chunks",
                         str(chunks)], workdir / "upstream.log", port)
