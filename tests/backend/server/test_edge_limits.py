@@ -13,7 +13,13 @@ import httpx
 import pytest
 
 from tests.backend.backend_process import BackendProcess
-from tests.gateway.raw_http import close_quietly, connect, read_answer, request_head
+from tests.gateway.raw_http import (
+    answer_to_trickled_headers,
+    close_quietly,
+    connect,
+    read_answer,
+    request_head,
+)
 
 GENERATED_ID = re.compile(r"[0-9a-f]{32}")
 BODY = json.dumps({"model": "smollm2", "prompt": "hi", "max_tokens": 2}).encode()
@@ -76,21 +82,8 @@ async def test_json_nested_past_max_json_depth_is_a_400_and_shallower_passes(edg
 
 
 async def test_slow_headers_are_cut_with_a_408_by_the_guarded_protocol(edge_backend: BackendProcess) -> None:
-    reader, writer = await connect(edge_backend.port)
     started = time.monotonic()
-    writer.write(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\nx-slow: ")
-
-    async def trickle() -> None:  # one byte every 0.2 s: never idle, never done
-        while True:
-            writer.write(b"a")
-            await asyncio.sleep(0.2)
-
-    sender = asyncio.create_task(trickle())
-    try:
-        answer = await asyncio.wait_for(read_answer(reader), 40)
-    finally:
-        sender.cancel()
-        close_quietly(writer)
+    answer = await answer_to_trickled_headers(edge_backend.port, byte_every=0.2, timeout=40)
     assert answer.status == 408 and answer.json()["error"]["code"] == "request_timeout"
     assert time.monotonic() - started > 9.0  # the default header deadline is 10 s
 
