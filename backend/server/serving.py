@@ -141,7 +141,7 @@ class OpenAIServing:
         assert req.prompt is not None
         return tok.encode(req.prompt, add_special_tokens=True)
 
-    async def _until_disconnect(self, request: Request, work: Awaitable[T], request_id: str) -> T:
+    async def _until_disconnect(self, request: Request, work: Awaitable[T], engine_request_id: str) -> T:
         """Await `work`, or abort the engine request and raise ClientGone if the client leaves first."""
         task = asyncio.ensure_future(work)
         watch = asyncio.ensure_future(wait_for_disconnect(request.receive))
@@ -152,7 +152,7 @@ class OpenAIServing:
             if not task.done():
                 task.cancel()
         if task not in done:
-            self._abort(request_id)
+            self._abort(engine_request_id)
             raise ClientGone
         return task.result()
 
