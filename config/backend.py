@@ -48,6 +48,9 @@ class BackendSettings(EngineSettings):
     port: int = Field(default=9001, ge=0, le=65535)
     max_body_bytes: int = Field(
         default=4 * 1024 * 1024, ge=1024, description="largest request body accepted (413 beyond)")
+    body_timeout: float = Field(default=30.0, gt=0, description="seconds to read a whole request body (408 beyond)")
+    max_json_depth: int = Field(
+        default=64, ge=2, description="deepest nesting of arrays and objects in a request body (400 beyond)")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     tracing: Tracing = Field(
         default_factory=Tracing, description="spans per request; service name tidegate-backend")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tidegate.openai_errors import ApiError, unavailable
 
-__all__ = ["ApiError", "internal", "invalid", "model_not_found", "too_large", "unavailable", "unsupported"]
+__all__ = ["ApiError", "internal", "invalid", "model_not_found", "unavailable", "unsupported"]
 
 
 def invalid(message: str, param: str | None = None, code: str | None = None) -> ApiError:
@@ -23,11 +23,6 @@ def unsupported(param: str, what: str) -> ApiError:
 def model_not_found(model: str) -> ApiError:
     return ApiError(404, f"The model `{model}` does not exist.", "invalid_request_error", "model_not_found",
                     "model")
-
-
-def too_large(limit: int) -> ApiError:
-    return ApiError(413, f"request body exceeds the limit of {limit} bytes", "invalid_request_error",
-                    "request_too_large")
 
 
 def internal(request_id: str) -> ApiError:

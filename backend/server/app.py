@@ -31,10 +31,11 @@ from backend.server.api_errors import ApiError
 from backend.server.metrics import CONTENT_TYPE, BackendMetrics
 from backend.server.protocol import Endpoint
 from backend.server.request_log import configure_logging
-from backend.server.serving import OpenAIServing, error_response
+from backend.server.serving import OpenAIServing
 from backend.server.tracing import setup_backend_tracing
 from config.backend import BackendSettings
 from tidegate import openapi
+from tidegate.connection_guard import ConnectionGuard, GuardedHttpProtocol
 
 OPENAPI = openapi.document("tidegate backend", gateway=False)
 
@@ -63,7 +64,7 @@ class BackendServer:
         self.on_fatal: Callable[[], None] | None = None  # called when the model cannot load
         self.metrics = BackendMetrics(served_name, lambda: self.engine.stats() if self.engine else None)
         self.tracing = setup_backend_tracing(settings.tracing)
-        self.serving = OpenAIServing(served_name, self.metrics, settings.max_body_bytes, self.tracing)
+        self.serving = OpenAIServing(served_name, self.metrics, settings, self.tracing)
         self.app = Starlette(
             routes=[
                 Route("/v1/completions", self.completions, methods=["POST"]),
@@ -76,6 +77,7 @@ class BackendServer:
             lifespan=self._lifespan,
             exception_handlers={HTTPException: self.http_error},
         )
+        self.app.state.connection_guard = ConnectionGuard()  # what the guarded protocol counts for this replica
 
     async def completions(self, request: Request) -> Response:
         return await self.serving.handle(request, Endpoint.COMPLETION)
@@ -109,7 +111,7 @@ class BackendServer:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
         err = ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}",
                        "invalid_request_error", code, None, dict(exc.headers or {}))
-        return error_response(err)
+        return err.response()
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -164,9 +166,10 @@ def main(args: argparse.Namespace) -> int:
         log.error("tidegate backend: %s", exc)
         return 1
     backend = BackendServer(settings, model_path, served_model_name(settings, model_path))
+    # the gateway's guarded protocol: a header deadline, a header size cap and a connection cap, at its defaults
     server = uvicorn.Server(uvicorn.Config(backend.app, host=settings.host, port=settings.port,
                                            log_level=settings.log_level, access_log=False, lifespan="on",
-                                           timeout_graceful_shutdown=5))
+                                           timeout_graceful_shutdown=5, http=GuardedHttpProtocol))
 
     def stop() -> None:
         server.should_exit = True

@@ -13,6 +13,7 @@ from typing import Any
 
 from backend.engine.sampling_params import SamplingParams
 from backend.server.api_errors import invalid, unsupported
+from tidegate.request_body import decode_json
 
 # Roles the chat template understands; `developer` is OpenAI's newer name for `system`.
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -57,18 +58,14 @@ class ValidatedRequest:
             raise invalid(str(exc), _param_named_in(str(exc))) from None
 
 
-def decode_json(raw: bytes) -> dict[str, Any]:
-    """The body as a JSON object; invalid UTF-8, malformed JSON, NaN and non-objects are 400s."""
+def decode_body(raw: bytes, max_depth: int) -> dict[str, Any]:
+    """The body as a JSON object; invalid UTF-8, malformed JSON, NaN, nesting past `max_depth` and non-objects
+    are 400s (`json_too_deep` for the nesting, as at the gateway)."""
     try:
-        text = raw.decode("utf-8")
+        raw.decode("utf-8")  # json.loads would guess UTF-16 or -32 from the first bytes; OpenAI's bodies are UTF-8
     except UnicodeDecodeError as exc:
         raise invalid(f"request body is not valid UTF-8 (byte {exc.start})", code="invalid_encoding") from None
-    try:
-        body = json.loads(text, parse_constant=_reject_constant)
-    except (json.JSONDecodeError, ValueError) as exc:
-        raise invalid(f"request body is not valid JSON: {exc}", code="invalid_json") from None
-    except RecursionError:
-        raise invalid("request body is nested too deeply", code="invalid_json") from None
+    body = decode_json(raw, max_depth=max_depth, allow_nan=False, invalid_code="invalid_json")
     if not isinstance(body, dict):
         raise invalid(f"request body must be a JSON object, not {type(body).__name__}", code="invalid_json")
     return body
@@ -305,10 +302,6 @@ def _range(lo: int | None, hi: int | None) -> str:
     if lo is not None and hi is not None:
         return f"between {lo} and {hi}"
     return f">= {lo}" if lo is not None else f"<= {hi}"
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a valid JSON value")
 
 
 def _param_named_in(message: str) -> str | None:

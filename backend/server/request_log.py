@@ -4,24 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 log = logging.getLogger("tidegate.backend.requests")
 
 CLIENT_GONE = 499  # nginx's "client closed request": no response was delivered
-_REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
-
-
-def request_id_from(headers: Any) -> str:
-    """The caller's `x-request-id` when it is a sane token (the gateway sets one), else a fresh one."""
-    given = headers.get("x-request-id")
-    if isinstance(given, str) and _REQUEST_ID.fullmatch(given):
-        return given
-    return uuid.uuid4().hex
 
 
 @dataclass(slots=True)

@@ -18,23 +18,32 @@ from starlette.responses import JSONResponse, Response
 
 from backend.engine.errors import EngineOverloaded, InvalidGenerateRequest, QueueTimeout
 from backend.engine.records import Delta, GenerateRequest
-from backend.server import sse
-from backend.server.api_errors import ApiError, internal, invalid, model_not_found, too_large, unavailable
+from backend.server.api_errors import ApiError, internal, invalid, model_not_found, unavailable
 from backend.server.protocol import (
     Endpoint,
     ValidatedRequest,
     check_token_ids,
-    decode_json,
+    decode_body,
     parse_request,
     resolve_max_tokens,
 )
-from backend.server.request_log import CLIENT_GONE, RequestLogLine, request_id_from
+from backend.server.request_log import CLIENT_GONE, RequestLogLine
 from backend.server.responses import ResponseBuilder, usage
+from tidegate.event_stream import (
+    DONE_EVENT,
+    EventStreamResponse,
+    error_event,
+    json_event,
+    wait_for_disconnect,
+)
+from tidegate.request_body import read_body
+from tidegate.request_id import request_id
 
 if TYPE_CHECKING:
     from backend.engine.core import Engine
     from backend.server.metrics import BackendMetrics
     from backend.server.tracing import BackendTracing
+    from config.backend import BackendSettings
 
 log = logging.getLogger("tidegate.backend.server")
 T = TypeVar("T")
@@ -54,35 +63,39 @@ class EngineAborted(Exception):
 class OpenAIServing:
     """Serves /v1/completions and /v1/chat/completions over one engine."""
 
-    def __init__(self, served_model: str, metrics: BackendMetrics, max_body_bytes: int,
+    def __init__(self, served_model: str, metrics: BackendMetrics, settings: BackendSettings,
                  tracing: BackendTracing | None = None) -> None:
         self.served_model = served_model
         self.metrics = metrics
         self.tracing = tracing
-        self.max_body_bytes = max_body_bytes
+        self.settings = settings
         self.engine: Engine | None = None  # set once the model is loaded and warmed up
 
     async def handle(self, request: Request, endpoint: Endpoint) -> Response:
-        record = RequestLogLine(request_id_from(request.headers), endpoint.value,
+        record = RequestLogLine(request_id(request.headers), endpoint.value,
                                traceparent=request.headers.get("traceparent"))
         try:
             response = await self._serve(request, endpoint, record)
         except ApiError as err:
             record.failed(err.status, err.message)
-            response = error_response(err)
+            response = err.response()
         except ClientGone:
             record.failed(CLIENT_GONE, "client disconnected")
             self._finished(record, None)
             response = Response(status_code=CLIENT_GONE)
         except Exception as exc:
-            response = error_response(self._internal_error(record, exc))
+            response = self._internal_error(record, exc).response()
         response.headers["x-request-id"] = record.request_id
-        if not isinstance(response, sse.EventStreamResponse):
+        if not isinstance(response, EventStreamResponse):
             record.write()  # a stream writes its record when it ends
         return response
 
     async def _serve(self, request: Request, endpoint: Endpoint, record: RequestLogLine) -> Response:
-        req = parse_request(decode_json(await read_body(request, self.max_body_bytes)), endpoint)
+        settings = self.settings
+        # the backend's clients have known a 413 as `request_too_large` since before the body read was shared
+        raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout,
+                              too_large_code="request_too_large")
+        req = parse_request(decode_body(raw, settings.max_json_depth), endpoint)
         record.stream = req.stream
         if req.model != self.served_model:
             raise model_not_found(req.model)
@@ -106,7 +119,7 @@ class OpenAIServing:
         except (EngineOverloaded, QueueTimeout, InvalidGenerateRequest) as exc:
             raise self._engine_refusal(exc) from None
         if req.stream:
-            return sse.EventStreamResponse(self._events(first, deltas, builder, record))
+            return EventStreamResponse(self._events(first, deltas, builder, record))
         text, last = await self._until_disconnect(request, self._collect(first, deltas, record), gen.request_id)
         self._finished(record, last)
         if last.finish_reason == "abort":  # the client is still here, so the engine gave up (a failed step)
@@ -128,10 +141,10 @@ class OpenAIServing:
         assert req.prompt is not None
         return tok.encode(req.prompt, add_special_tokens=True)
 
-    async def _until_disconnect(self, request: Request, work: Awaitable[T], request_id: str) -> T:
+    async def _until_disconnect(self, request: Request, work: Awaitable[T], engine_request_id: str) -> T:
         """Await `work`, or abort the engine request and raise ClientGone if the client leaves first."""
         task = asyncio.ensure_future(work)
-        watch = asyncio.ensure_future(sse.wait_for_disconnect(request.receive))
+        watch = asyncio.ensure_future(wait_for_disconnect(request.receive))
         try:
             done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -139,7 +152,7 @@ class OpenAIServing:
             if not task.done():
                 task.cancel()
         if task not in done:
-            self._abort(request_id)
+            self._abort(engine_request_id)
             raise ClientGone
         return task.result()
 
@@ -161,13 +174,13 @@ class OpenAIServing:
         last: Delta | None = None
         try:
             if (role := builder.role_chunk()) is not None:
-                yield sse.event(role)
+                yield json_event(role)
             delta = first
             while True:
                 if delta.token_ids:
                     record.token_seen()
                 if delta.text:
-                    yield sse.event(builder.text_chunk(delta.text))
+                    yield json_event(builder.text_chunk(delta.text))
                 if delta.finish_reason == "abort":
                     raise EngineAborted
                 if delta.finish_reason is not None:
@@ -178,14 +191,14 @@ class OpenAIServing:
                 except (EngineOverloaded, QueueTimeout, InvalidGenerateRequest) as exc:
                     err = self._engine_refusal(exc)
                     record.failed(err.status, err.message)
-                    yield sse.error_event(err)
+                    yield error_event(err)
                     return
-            yield sse.event(builder.text_chunk("", last.finish_reason))
+            yield json_event(builder.text_chunk("", last.finish_reason))
             if builder.include_usage:
-                yield sse.event(builder.usage_chunk(usage_of(last)))
-            yield sse.DONE
+                yield json_event(builder.usage_chunk(usage_of(last)))
+            yield DONE_EVENT
         except Exception as exc:
-            yield sse.error_event(self._internal_error(record, exc))
+            yield error_event(self._internal_error(record, exc))
         finally:
             if last is None:
                 self._abort(builder.request_hex)
@@ -235,24 +248,6 @@ class OpenAIServing:
             self.engine.abort(request_id)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 as soon as it is known to exceed `limit`, declared or not."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.isdigit():
-            raise invalid("the Content-Length header is not a number")
-        if int(declared) > limit:
-            raise too_large(limit)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large(limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def prompt_chars(req: ValidatedRequest) -> int:
     if req.messages is not None:
         return sum(len(m["content"]) for m in req.messages)
@@ -262,6 +257,3 @@ def prompt_chars(req: ValidatedRequest) -> int:
 def usage_of(delta: Delta) -> dict[str, Any]:
     return usage(delta.prompt_tokens, delta.completion_tokens, delta.cached_tokens)
 
-
-def error_response(err: ApiError) -> JSONResponse:
-    return JSONResponse(err.body(), status_code=err.status, headers=dict(err.headers))

@@ -63,3 +63,22 @@ async def closed_by_server(reader: asyncio.StreamReader) -> bool:
 def close_quietly(writer: asyncio.StreamWriter) -> None:
     with contextlib.suppress(OSError, RuntimeError):
         writer.close()
+
+
+async def answer_to_trickled_headers(port: int, byte_every: float, timeout: float) -> RawAnswer:
+    """The answer to headers sent one byte every `byte_every` seconds and never finished: a client that is
+    never idle yet never done, which only a header deadline stops."""
+    reader, writer = await connect(port)
+    writer.write(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\nx-slow: ")
+
+    async def trickle() -> None:
+        while True:
+            writer.write(b"a")
+            await asyncio.sleep(byte_every)
+
+    sender = asyncio.create_task(trickle())
+    try:
+        return await asyncio.wait_for(read_answer(reader), timeout)
+    finally:
+        sender.cancel()
+        close_quietly(writer)

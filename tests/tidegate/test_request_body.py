@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -42,3 +43,10 @@ def test_broken_json_is_a_400() -> None:
     with pytest.raises(ApiError) as refused:
         decode_json(b'{"model": ', max_depth=64)
     assert refused.value.status == 400 and "not valid JSON" in refused.value.message
+
+
+def test_nan_passes_unless_refused_and_a_tier_names_its_own_code() -> None:
+    assert math.isnan(decode_json(b'{"t": NaN}', max_depth=64)["t"])  # the gateway forwards what the upstream judges
+    with pytest.raises(ApiError) as refused:
+        decode_json(b'{"t": NaN}', max_depth=64, allow_nan=False, invalid_code="invalid_json")
+    assert refused.value.status == 400 and refused.value.code == "invalid_json" and "NaN" in refused.value.message

@@ -12,7 +12,7 @@ from backend.server.api_errors import ApiError
 from backend.server.protocol import (
     Endpoint,
     check_token_ids,
-    decode_json,
+    decode_body,
     parse_request,
     resolve_max_tokens,
 )
@@ -142,11 +142,11 @@ def test_completion_logprobs_echo_and_prompt_batches_are_refused() -> None:
 @pytest.mark.parametrize("raw, code", [
     (b"{bad json", "invalid_json"), (b"", "invalid_json"), (b"[1, 2]", "invalid_json"), (b"null", "invalid_json"),
     (b'{"temperature": NaN}', "invalid_json"), (b'{"a": "\xff\xfe"}', "invalid_encoding"),
-    (b"[" * 100_000 + b"]" * 100_000, "invalid_json"),
+    (b"[" * 100_000 + b"]" * 100_000, "json_too_deep"), (b'{"a": ' + b"[" * 65 + b"]" * 65 + b"}", "json_too_deep"),
 ])
 def test_undecodable_bodies_are_400s(raw: bytes, code: str) -> None:
     with pytest.raises(ApiError) as caught:
-        decode_json(raw)
+        decode_body(raw, max_depth=64)
     assert caught.value.status == 400 and caught.value.code == code
 
 

@@ -1,4 +1,4 @@
-"""SSE framing, and the stream response that closes its events the moment the client leaves."""
+"""SSE framing, and the stream response that closes its events the moment the client leaves (both tiers)."""
 
 from __future__ import annotations
 
@@ -7,19 +7,19 @@ import json
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from backend.server import sse
-from backend.server.api_errors import unavailable
+from tidegate.event_stream import DONE_EVENT, EventStreamResponse, error_event, json_event
+from tidegate.openai_errors import unavailable
 
 
 def test_an_event_is_one_data_line_and_a_blank_line() -> None:
-    frame = sse.event({"text": "héllo\nworld"})
+    frame = json_event({"text": "héllo\nworld"})
     assert frame.startswith(b"data: ") and frame.endswith(b"\n\n") and frame.count(b"\n") == 2
     assert json.loads(frame[len(b"data: "):]) == {"text": "héllo\nworld"}
-    assert sse.DONE == b"data: [DONE]\n\n"
+    assert DONE_EVENT == b"data: [DONE]\n\n"
 
 
 def test_an_error_event_carries_the_openai_error_body() -> None:
-    frame = sse.error_event(unavailable("busy", 2.0, "overloaded")).decode()
+    frame = error_event(unavailable("busy", 2.0, "overloaded")).decode()
     name, data = frame.rstrip("\n").split("\n")
     assert name == "event: error"
     assert json.loads(data.removeprefix("data: ")) == {
@@ -36,7 +36,7 @@ async def run_stream(events: AsyncGenerator[bytes, None], leave: asyncio.Event) 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    await sse.EventStreamResponse(events)({"type": "http"}, receive, send)
+    await EventStreamResponse(events)({"type": "http"}, receive, send)
     return sent
 
 
@@ -64,10 +64,10 @@ async def test_a_silent_stream_is_closed_as_soon_as_the_client_leaves() -> None:
 async def test_a_stream_that_ends_sends_every_event_then_closes_the_body() -> None:
     async def three() -> AsyncGenerator[bytes, None]:
         for i in range(3):
-            yield sse.event({"i": i})
-        yield sse.DONE
+            yield json_event({"i": i})
+        yield DONE_EVENT
 
     sent = await asyncio.wait_for(run_stream(three(), asyncio.Event()), 5)
     bodies = [m["body"] for m in sent[1:]]
-    assert bodies[:4] == [sse.event({"i": 0}), sse.event({"i": 1}), sse.event({"i": 2}), sse.DONE]
+    assert bodies[:4] == [json_event({"i": 0}), json_event({"i": 1}), json_event({"i": 2}), DONE_EVENT]
     assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
