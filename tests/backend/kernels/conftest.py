@@ -35,7 +35,9 @@ def _import_kernels_interpreted() -> str | None:
             )
         loaded = sys.modules.get("backend.kernels.kv_write")
         if loaded is not None and not isinstance(loaded._kv_write_kernel, InterpretedFunction):
-            for name in [n for n in sys.modules if n == "backend.kernels" or n.startswith("backend.kernels.")]:
+            # With them goes the attention backend, which bound the compiled kernels at its import.
+            stale = ("backend.kernels", "backend.executor.triton_attention")
+            for name in [n for n in sys.modules if n in stale or n.startswith("backend.kernels.")]:
                 del sys.modules[name]
         importlib.import_module("backend.kernels")
         return None
