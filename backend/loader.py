@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from backend.executor.ops import ModelOps, ops_for
+from backend.executor.ops import ModelOps
 from backend.gguf_weights import read_gguf
 from backend.model import LlamaModel
 from backend.model_config import ModelConfig, UnsupportedModelError
@@ -27,7 +27,8 @@ def load_model(
 ) -> LoadedModel:
     """Load a `.gguf` file or an HF folder (`config.json` + `*.safetensors` + `tokenizer.json`) onto `device`.
 
-    The model runs `ops`, by default those `ops_for(device, dtype)` picks (Triton on CUDA, torch elsewhere).
+    The model runs `ops`, by default those `backend.executor.ops.ops_for(device, dtype)` picks (Triton on CUDA,
+    torch elsewhere).
 
     Raises FileNotFoundError for a missing path and UnsupportedModelError (a ValueError) naming what is not
     supported: architecture, tensor type, tokenizer model.
@@ -46,7 +47,7 @@ def load_model(
     else:
         raise UnsupportedModelError(f"{path.name}: expected a .gguf file or a folder with config.json")
     with torch.device(device):  # built where it runs: the weights are copied there once, as they load
-        model = LlamaModel(config, dtype=dtype, ops=ops or ops_for(device, dtype), rope_freq_factors=freq_factors)
+        model = LlamaModel(config, dtype=dtype, ops=ops, rope_freq_factors=freq_factors)
     model.load_weights(weights)
     model.eval()
     return LoadedModel(config=config, model=model, tokenizer=tokenizer)

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from backend.executor.ops import ModelOps, torch_ops
+from backend.executor.ops import ModelOps, ops_for
 from backend.executor.rotary import Rotary
 from backend.model_config import ModelConfig
 
@@ -76,19 +76,22 @@ class DecoderLayer(nn.Module):
         ops, t = self.ops, x.shape[0]
         h, residual = _add_norm(x, residual, self.input_norm, ops)
         qkv = ops.linear(h, self.qkv_proj, self.qkv_bias)
-        q, k = self.rotary(positions, qkv[:, : self.q_size + self.kv_size].view(t, -1, self.head_dim), self.num_heads)
+        qk = qkv[:, : self.q_size + self.kv_size].view(t, -1, self.head_dim)
+        q, k = self.rotary(positions, qk, self.num_heads)
         v = qkv[:, self.q_size + self.kv_size :].view(t, self.num_kv_heads, self.head_dim)
         k_cache, v_cache = kv_cache
         ops.attention.write_kv(k, v, k_cache, v_cache, plan)
         o = ops.attention.attend(q, k_cache, v_cache, plan, self.scale)
         o = ops.linear(o.reshape(t, self.q_size), self.o_proj)
         h, residual = _add_norm(o, residual, self.post_norm, ops)
-        return ops.linear(ops.silu_and_mul(ops.linear(h, self.gate_up_proj)), self.down_proj), residual
+        gate_up = ops.linear(h, self.gate_up_proj)
+        return ops.linear(ops.silu_and_mul(gate_up), self.down_proj), residual
 
 
 class LlamaModel(nn.Module):
-    """Decoder stack, final norm and output head, running its ops through `ops` (the torch reference by
-    default; `load_model` picks them from the device and dtype)."""
+    """Decoder stack, final norm and output head. Each op runs as `ops` says: by default what `ops_for` picks
+    for the device the model is built on (torch's default device, e.g. inside `with torch.device("cuda")`)
+    and its dtype."""
 
     def __init__(
         self,
@@ -100,7 +103,7 @@ class LlamaModel(nn.Module):
         super().__init__()
         self.config = config
         self.dtype = dtype
-        self.ops = ops or torch_ops()
+        self.ops = ops or ops_for(str(torch.get_default_device()), dtype)
         self.embed_tokens = nn.Parameter(torch.empty(config.vocab_size, config.hidden_size, dtype=dtype), requires_grad=False)
         self.rotary = Rotary(config, self.ops.rotary, rope_freq_factors)
         self.layers = nn.ModuleList(DecoderLayer(config, dtype, self.ops, self.rotary) for _ in range(config.num_layers))
