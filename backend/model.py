@@ -140,10 +140,15 @@ class LlamaModel(nn.Module):
         head = self.packed_head if self.packed_head is not None else self.lm_head
         return self.ops.linear(hidden, head).float()
 
-    @torch.inference_mode()
     def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Copy tensors named as in transformers' LlamaForCausalLM / Qwen2ForCausalLM, merging projections; then
         bring the matrices into the form `ops.linear` reads."""
+        self._copy_weights(weights)
+        if self.ops.pack is not None:
+            self._pack_matrices(self.ops.pack)
+
+    @torch.inference_mode()
+    def _copy_weights(self, weights: dict[str, torch.Tensor]) -> None:
         own: dict[str, torch.Tensor] = {}
         for name, tensor in weights.items():
             own[_hf_to_own(name)] = tensor
@@ -166,10 +171,9 @@ class LlamaModel(nn.Module):
             _fill(self.lm_head, head)
         if own:
             raise ValueError(f"unexpected weights: {', '.join(sorted(own)[:5])}")
-        if self.ops.pack is not None:
-            self._pack_matrices(self.ops.pack)
 
     def _pack_matrices(self, pack: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        # Outside inference mode, so that the packed matrices are ordinary tensors like the parameters they replace.
         for layer in self.layers:
             for name in _MATRICES:
                 packed = pack(getattr(layer, name))
