@@ -1,19 +1,21 @@
-"""Paged attention: the interface every implementation follows, and the torch reference.
+"""Paged attention: the per-step metadata the runner builds and the interface every implementation follows.
 
 A step is a flat batch of T new tokens from S sequences (prefill chunks and decodes mixed). The KV cache of
 one layer is a pair of tensors `[num_blocks, block_size, num_kv_heads, head_dim]`; a sequence's tokens live in
 the blocks its block table names, in order. The new tokens of sequence i are at the END of its context: token
 j of its chunk has absolute position `context_len - q_len + j` and attends causally to cache positions up to
 that one.
+
+Implementations: `backend/executor/torch_attention.py` (the reference; CPU serving) and
+`backend/executor/triton_attention.py` (GPU kernels).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import torch
-import torch.nn.functional as F
 
 
 @dataclass(slots=True)
@@ -28,222 +30,28 @@ class AttentionMetadata:
     max_context_len: int
 
 
-class AttentionBackend(Protocol):
-    """One attention implementation (torch here; Triton kernels implement the same two calls)."""
+PlanT = TypeVar("PlanT")
+
+
+class AttentionBackend(Protocol[PlanT]):
+    """One attention implementation. The runner calls `plan` once per step; every layer of that step then
+    hands the same plan to `write_kv` and `attend`, so whatever the layers share is computed once."""
 
     # True when a step never reads metadata back to the host, so it can be captured in a CUDA graph.
     graph_safe: bool
 
+    def plan(self, meta: AttentionMetadata, block_size: int, dtype: torch.dtype) -> PlanT:
+        """This step's plan, for a KV cache of `block_size`-token blocks holding `dtype`."""
+        ...
+
     def write_kv(
-        self,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        slot_mapping: torch.Tensor,
+        self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, plan: PlanT
     ) -> None:
         """Store new keys/values `[T, kv_heads, head_dim]` at their slots; rows with slot -1 are skipped."""
         ...
 
     def attend(
-        self,
-        q: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        meta: AttentionMetadata,
-        scale: float,
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, plan: PlanT, scale: float
     ) -> torch.Tensor:
         """Causal attention of queries `[T, heads, head_dim]` over each sequence's cached context."""
         ...
-
-
-@dataclass(slots=True)
-class _DecodeChunk:
-    """Single-token sequences of similar context length, attended together from one gathered buffer."""
-
-    rows: torch.Tensor  # [m] token rows of these sequences in the step
-    blocks: torch.Tensor  # [m * n] block ids to gather, n blocks per sequence (the longest one's count)
-    bias: torch.Tensor  # [m, 1, n * block_size] 0 where a key is visible, -inf past the sequence's end
-
-
-@dataclass(slots=True)
-class _StepPlan:
-    """What every layer of one step shares: computed once per metadata object, not once per layer."""
-
-    decodes: list[_DecodeChunk]
-    covers_all_rows: bool  # no padded rows, so the output needs no zero fill
-    prefills: list[tuple[int, int, int, torch.Tensor]]  # (start, q_len, ctx_len, blocks) per sequence
-
-
-class TorchAttention:
-    """Reference paged attention with torch ops; fast enough for CPU serving.
-
-    Decodes are sorted by context length and cut into chunks of about `decode_chunk_tokens` padded keys. Each
-    chunk's blocks are gathered into a reused buffer small enough to stay in the CPU cache, so the keys and
-    values come from memory once per layer; sorting keeps the padding to the longest context small when
-    lengths are mixed. Each prefill chunk gets its own `scaled_dot_product_attention` call (its cost dwarfs
-    the call overhead). What every layer of a step shares is computed once, keyed on the identity of the
-    metadata's tensors: build new tensors for each step rather than refilling the previous step's in place.
-    """
-
-    graph_safe = False  # plans each step on the host
-
-    def __init__(self, decode_chunk_tokens: int = 4096) -> None:
-        self.decode_chunk_tokens = decode_chunk_tokens
-        self._plan_key: tuple[torch.Tensor, ...] = ()
-        self._plan_layout: tuple[int, torch.dtype] | None = None  # the cache's block size and dtype
-        self._plan: _StepPlan | None = None
-        self._slot_source: torch.Tensor | None = None
-        self._valid_rows: torch.Tensor | None = None
-        self._slots = torch.empty(0, dtype=torch.long)
-        self._buffers = [torch.empty(0), torch.empty(0)]  # keys, values
-
-    def write_kv(
-        self,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        slot_mapping: torch.Tensor,
-    ) -> None:
-        kvh, d = k_cache.shape[2], k_cache.shape[3]
-        flat_k, flat_v = k_cache.view(-1, kvh, d), v_cache.view(-1, kvh, d)
-        if slot_mapping is not self._slot_source:  # every layer of a step passes the same tensor
-            valid = torch.nonzero(slot_mapping >= 0).squeeze(1)
-            padded = valid.numel() != slot_mapping.numel()
-            self._slot_source, self._valid_rows = slot_mapping, valid if padded else None
-            self._slots = slot_mapping[valid] if padded else slot_mapping
-        if self._valid_rows is not None:
-            k, v = k.index_select(0, self._valid_rows), v.index_select(0, self._valid_rows)
-        flat_k.index_copy_(0, self._slots, k.to(flat_k.dtype))
-        flat_v.index_copy_(0, self._slots, v.to(flat_v.dtype))
-
-    def attend(
-        self,
-        q: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        meta: AttentionMetadata,
-        scale: float,
-    ) -> torch.Tensor:
-        plan = self._plan_for(meta, k_cache)
-        kvh = k_cache.shape[2]
-        group = q.shape[1] // kvh
-        # Padded rows stay zero rather than garbage.
-        out = torch.empty_like(q) if plan.covers_all_rows else torch.zeros_like(q)
-        for chunk in plan.decodes:
-            out.index_copy_(0, chunk.rows, self._decode(q, k_cache, v_cache, chunk, scale))
-        for start, q_len, ctx_len, blocks in plan.prefills:
-            out[start : start + q_len] = _prefill_attention(
-                q[start : start + q_len], k_cache, v_cache, blocks, ctx_len, scale, group
-            )
-        return out
-
-    def _decode(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, chunk: _DecodeChunk, scale: float
-    ) -> torch.Tensor:
-        """One chunk of decodes: per KV head, scores and weighted values as two batched matmuls."""
-        m, kvh, d = chunk.rows.numel(), k_cache.shape[2], k_cache.shape[3]
-        keys = self._gather(k_cache, chunk.blocks, 0).view(m, -1, kvh, d)
-        values = self._gather(v_cache, chunk.blocks, 1).view(m, -1, kvh, d)
-        # The query heads sharing a KV head are the rows of one matrix: GQA without copying K or V.
-        dq = q.index_select(0, chunk.rows).view(m, kvh, -1, d)
-        res = torch.empty_like(dq)
-        for h in range(kvh):
-            scores = torch.baddbmm(chunk.bias, dq[:, h], keys[:, :, h].transpose(1, 2), alpha=scale)
-            weights = torch.softmax(scores, -1, dtype=torch.float32).to(values.dtype)
-            res[:, h] = torch.bmm(weights, values[:, :, h])
-        return res.view(m, -1, d)
-
-    def _gather(self, cache: torch.Tensor, blocks: torch.Tensor, which: int) -> torch.Tensor:
-        """Copy blocks out of a cache into a buffer reused across chunks, layers and steps."""
-        flat = cache.view(cache.shape[0], -1)
-        size = blocks.numel() * flat.shape[1]
-        buffer = self._buffers[which]
-        if buffer.numel() < size or buffer.dtype != cache.dtype or buffer.device != cache.device:
-            buffer = self._buffers[which] = torch.empty(size, dtype=cache.dtype, device=cache.device)
-        return torch.index_select(flat, 0, blocks, out=buffer[:size].view(-1, flat.shape[1]))
-
-    def _plan_for(self, meta: AttentionMetadata, k_cache: torch.Tensor) -> _StepPlan:
-        key = (meta.query_start_loc, meta.context_lens, meta.block_tables, meta.slot_mapping)
-        layout = (k_cache.shape[1], k_cache.dtype)
-        same = len(key) == len(self._plan_key) and all(x is y for x, y in zip(key, self._plan_key, strict=True))
-        if self._plan is None or not same or layout != self._plan_layout:
-            self._plan = _make_plan(meta, *layout, self.decode_chunk_tokens)
-            self._plan_key, self._plan_layout = key, layout
-        return self._plan
-
-
-def _make_plan(meta: AttentionMetadata, block_size: int, dtype: torch.dtype, chunk_tokens: int) -> _StepPlan:
-    starts = meta.query_start_loc.tolist()
-    ctx_lens = meta.context_lens.tolist()
-    decodes: list[int] = []
-    prefills: list[tuple[int, int, int, torch.Tensor]] = []
-    for i, ctx_len in enumerate(ctx_lens):
-        start, q_len = starts[i], starts[i + 1] - starts[i]
-        if q_len == 0:
-            continue
-        if q_len == 1:
-            decodes.append(i)
-            continue
-        prefills.append((start, q_len, ctx_len, meta.block_tables[i, : -(-ctx_len // block_size)].long()))
-    decodes.sort(key=lambda i: ctx_lens[i])
-    chunks: list[_DecodeChunk] = []
-    first = 0
-    while first < len(decodes):
-        # Sorted ascending, so the last sequence taken sets the chunk's padded length.
-        end = first + 1
-        while end < len(decodes) and (end + 1 - first) * _padded(ctx_lens[decodes[end]], block_size) <= chunk_tokens:
-            end += 1
-        rows = [starts[i] for i in decodes[first:end]]
-        chunks.append(_decode_chunk(meta, decodes[first:end], rows, block_size, dtype))
-        first = end
-    covers_all_rows = starts[-1] == int(meta.slot_mapping.numel())
-    return _StepPlan(chunks, covers_all_rows, prefills)
-
-
-def _padded(ctx_len: int, block_size: int) -> int:
-    return -(-ctx_len // block_size) * block_size
-
-
-def _decode_chunk(
-    meta: AttentionMetadata, seqs: list[int], rows: list[int], block_size: int, dtype: torch.dtype
-) -> _DecodeChunk:
-    device = meta.context_lens.device
-    idx = torch.tensor(seqs, dtype=torch.long, device=device)
-    lens = meta.context_lens.index_select(0, idx).long()
-    nb = -(-int(lens.max()) // block_size)
-    blocks = meta.block_tables.index_select(0, idx)[:, :nb].long().reshape(-1)
-    hidden = torch.arange(nb * block_size, device=device)[None, :] >= lens[:, None]
-    bias = torch.zeros(hidden.shape, dtype=dtype, device=device).masked_fill_(hidden, float("-inf")).unsqueeze(1)
-    return _DecodeChunk(torch.tensor(rows, dtype=torch.long, device=device), blocks, bias)
-
-
-def _prefill_attention(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    blocks: torch.Tensor,
-    ctx_len: int,
-    scale: float,
-    group: int,
-) -> torch.Tensor:
-    """Attention of one sequence's chunk `[q_len, heads, d]` over its whole context."""
-    q_len, _, d = q.shape
-    kvh = k_cache.shape[2]
-    keys = _gather(k_cache, blocks).view(-1, kvh, d)[:ctx_len].transpose(0, 1)
-    values = _gather(v_cache, blocks).view(-1, kvh, d)[:ctx_len].transpose(0, 1)
-    mask = None
-    if ctx_len > q_len:
-        # Query token j sits at absolute position ctx_len - q_len + j and sees keys up to it.
-        pos = torch.arange(ctx_len - q_len, ctx_len, device=q.device)
-        mask = torch.arange(ctx_len, device=q.device)[None, :] <= pos[:, None]
-    res = F.scaled_dot_product_attention(
-        q.transpose(0, 1), keys, values, attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=group > 1
-    )
-    return res.transpose(0, 1)
-
-
-def _gather(cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
-    """Copy the given blocks out of a cache; via a 2-D view, which torch gathers far faster than a 4-D one."""
-    return cache.view(cache.shape[0], -1).index_select(0, blocks)

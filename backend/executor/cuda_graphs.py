@@ -3,7 +3,8 @@
 The runner replays them for decode-only steps on CUDA (`EngineConfig.cuda_graphs`, on by default). A decode
 step of a small batch is bound by kernel launches (about ten per layer), so replaying a captured graph
 removes the host from the step. Only graph-safe attention (`TritonAttention`) is captured: the torch
-reference plans each step on the host. Prefill and mixed steps run eagerly.
+reference plans each step on the host. Prefill and mixed steps run eagerly. Each graph is captured over one
+attention plan of the static buffers; rotary reads its full cos/sin table on the device.
 """
 
 from __future__ import annotations
@@ -11,26 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from backend.executor.attention import AttentionMetadata
 from backend.executor.model import LlamaModel
 
 DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256)
-
-
-class _DeviceRotary(nn.Module):
-    """cos/sin computed on the device from inv_freq, the same products as the model's table, but without the
-    table's host-side length check, which a capture forbids."""
-
-    def __init__(self, inv_freq: torch.Tensor) -> None:
-        super().__init__()
-        self.inv_freq = inv_freq
-
-    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = positions.to(torch.float32)[:, None] * self.inv_freq[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(dtype).unsqueeze(1), emb.sin().to(dtype).unsqueeze(1)
 
 
 @dataclass(slots=True)
@@ -93,8 +79,9 @@ class DecodeGraphs:
         captured.graph.replay()
         return captured.logits[:n]
 
-    def _meta(self, batch: int) -> AttentionMetadata:
-        return AttentionMetadata(
+    def _plan(self, batch: int) -> object:
+        """The plan every replay at this size reads: it is built over the static buffers, which replay refills."""
+        meta = AttentionMetadata(
             query_start_loc=self.query_start_loc[: batch + 1],
             context_lens=self.context_lens[:batch],
             block_tables=self.block_tables[:batch],
@@ -102,28 +89,24 @@ class DecodeGraphs:
             max_query_len=1,
             max_context_len=self.block_tables.shape[1] * self.block_size,
         )
+        return self.model.ops.attention.plan(meta, self.block_size, self.kv_caches[0][0].dtype)
 
-    def _step(self, batch: int, meta: AttentionMetadata) -> torch.Tensor:
-        hidden = self.model(self.input_ids[:batch], self.positions[:batch], self.kv_caches, meta)
+    def _step(self, batch: int, plan: object) -> torch.Tensor:
+        hidden = self.model(self.input_ids[:batch], self.positions[:batch], self.kv_caches, plan)
         return self.model.compute_logits(hidden)
 
     def _capture_all(self) -> None:
-        table_rotary = self.model.rotary
-        self.model.rotary = _DeviceRotary(table_rotary.inv_freq)  # type: ignore[assignment]  # same call shape
         pool = None
-        try:
-            for batch in reversed(self.buckets):  # largest first, so smaller graphs fit in its memory pool
-                meta = self._meta(batch)
-                # An eager run first compiles the Triton kernels and settles the allocator, off the capture.
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    self._step(batch, meta)
-                torch.cuda.current_stream().wait_stream(side)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
-                    logits = self._step(batch, meta)
-                pool = graph.pool()
-                self._graphs[batch] = _Captured(graph, logits)
-        finally:
-            self.model.rotary = table_rotary
+        for batch in reversed(self.buckets):  # largest first, so smaller graphs fit in its memory pool
+            plan = self._plan(batch)
+            # An eager run first compiles the Triton kernels and settles the allocator, off the capture.
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self._step(batch, plan)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                logits = self._step(batch, plan)
+            pool = graph.pool()
+            self._graphs[batch] = _Captured(graph, logits)

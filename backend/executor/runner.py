@@ -42,13 +42,14 @@ class ModelRunner:
         self.model = model
         self.block_size = block_size
         self.device = torch.device(device)
+        self.dtype = dtype
         shape = (num_blocks, block_size, config.num_kv_heads, config.head_dim)
         self.kv_caches = [
             (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
             for _ in range(config.num_layers)
         ]
         self.graphs: DecodeGraphs | None = None
-        if cuda_graph_batch > 0 and self.device.type == "cuda" and model.attention.graph_safe:
+        if cuda_graph_batch > 0 and self.device.type == "cuda" and model.ops.attention.graph_safe:
             try:
                 self.graphs = DecodeGraphs(
                     model, self.kv_caches, max_batch=cuda_graph_batch, max_blocks_per_seq=max_blocks_per_seq
@@ -98,6 +99,7 @@ class ModelRunner:
         if graphs is not None and max(counts) == 1 and graphs.fits(len(seqs), widest):
             logits = graphs.replay(ids, positions.to(self.device), meta)[rows]
         else:
-            hidden = self.model(ids, positions.to(self.device), self.kv_caches, meta)
+            plan = self.model.ops.attention.plan(meta, self.block_size, self.dtype)  # one for all the layers
+            hidden = self.model(ids, positions.to(self.device), self.kv_caches, plan)
             logits = self.model.compute_logits(hidden[rows])
         return logits, [seqs[i] for i in sampling]

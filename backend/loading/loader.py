@@ -7,10 +7,9 @@ from pathlib import Path
 
 import torch
 
-from backend.executor import cpu_linear
-from backend.executor.attention import AttentionBackend, TorchAttention
 from backend.executor.model import LlamaModel
 from backend.executor.model_config import ModelConfig, UnsupportedModelError
+from backend.executor.ops import ModelOps
 from backend.loading.gguf_weights import read_gguf
 from backend.loading.safetensors_weights import read_hf_folder
 from backend.loading.tokenizer import Tokenizer
@@ -23,8 +22,13 @@ class LoadedModel:
     tokenizer: Tokenizer
 
 
-def load_model(path: Path, *, device: str = "cpu", dtype: torch.dtype = torch.float32) -> LoadedModel:
-    """Load a `.gguf` file or an HF folder (`config.json` + `*.safetensors` + `tokenizer.json`).
+def load_model(
+    path: Path, *, device: str = "cpu", dtype: torch.dtype = torch.float32, ops: ModelOps | None = None
+) -> LoadedModel:
+    """Load a `.gguf` file or an HF folder (`config.json` + `*.safetensors` + `tokenizer.json`) onto `device`.
+
+    The model runs `ops`, by default those `backend.executor.ops.ops_for(device, dtype)` picks (Triton on CUDA,
+    torch elsewhere).
 
     Raises FileNotFoundError for a missing path and UnsupportedModelError (a ValueError) naming what is not
     supported: architecture, tensor type, tokenizer model.
@@ -42,21 +46,8 @@ def load_model(path: Path, *, device: str = "cpu", dtype: torch.dtype = torch.fl
         tokenizer = Tokenizer.from_gguf_metadata(contents.metadata, max_context=config.max_position_embeddings)
     else:
         raise UnsupportedModelError(f"{path.name}: expected a .gguf file or a folder with config.json")
-    model = LlamaModel(config, dtype=dtype, attention=attention_for(device), rope_freq_factors=freq_factors)
+    with torch.device(device):  # built where it runs: the weights are copied there once, as they load
+        model = LlamaModel(config, dtype=dtype, ops=ops, rope_freq_factors=freq_factors)
     model.load_weights(weights)
-    model.to(device)
     model.eval()
-    if device.startswith("cuda"):
-        model.use_fused_kernels()
-    elif device == "cpu" and dtype == torch.float32 and cpu_linear.available():
-        model.pack_weights()
     return LoadedModel(config=config, model=model, tokenizer=tokenizer)
-
-
-def attention_for(device: str) -> AttentionBackend:
-    """Triton kernels on CUDA; the torch reference everywhere else (and triton is then never imported)."""
-    if device.startswith("cuda"):
-        from backend.executor.kernels import TritonAttention
-
-        return TritonAttention()
-    return TorchAttention()

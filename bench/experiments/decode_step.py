@@ -3,10 +3,11 @@
     .venv/bin/python -m bench.experiments.decode_step --batch 32 --context 320 --threads 2
 
 The model runs its forward and logits over a paged cache with each sequence's blocks scattered through the
-pool, as the runner does, with fresh metadata per step. Reports the median step, the median time of the
-weight matrix products alone for the same rows, and with `--profile` the top torch ops of three steps.
-`--thread` runs the steps in a second thread, as the engine's step loop does. Only the public model API is
-used (`load_model`, `model(...)`, `compute_logits`), so the script runs against older checkouts too.
+pool, as the runner does, with fresh metadata and one attention plan per step. Reports the median step, the
+median time of the weight matrix products alone for the same rows, and with `--profile` the top torch ops of
+three steps. `--thread` runs the steps in a second thread, as the engine's step loop does. Only the public
+model API is used (`load_model`, `model.ops`, `model(...)`, `compute_logits`), and checkouts from before
+`model.ops` are measured the same way, so the script compares a change against its base.
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ def step_fn(model: LlamaModel, batch: int, context: int) -> Callable[[], None]:
             torch.arange(batch + 1, dtype=torch.int32), torch.full((batch,), context, dtype=torch.int32),
             tables.clone(), slots.clone(), 1, context,
         )
-        model.compute_logits(model(ids, positions, caches, meta))
+        ops = getattr(model, "ops", None)  # older checkouts planned inside the model, from the metadata
+        plan = meta if ops is None else ops.attention.plan(meta, BLOCK, model.dtype)
+        model.compute_logits(model(ids, positions, caches, plan))
 
     return step
 
@@ -60,7 +63,8 @@ def products_fn(model: LlamaModel, batch: int) -> Callable[[], None]:
     def products() -> None:
         layer: Any
         for layer in model.layers:
-            linear = getattr(layer, "linear", F.linear)  # older checkouts have no packed linear
+            # Older checkouts kept the product on each layer, and before that had only F.linear.
+            linear = model.ops.linear if hasattr(model, "ops") else getattr(layer, "linear", F.linear)
             linear(x, layer.qkv_proj)
             linear(o_in, layer.o_proj)
             linear(x, layer.gate_up_proj)

@@ -10,14 +10,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import torch
 
-from backend.executor.attention import AttentionBackend, AttentionMetadata, TorchAttention
+from backend.executor.attention import AttentionBackend, AttentionMetadata
 from backend.executor.cuda_graphs import DecodeGraphs
-from backend.executor.kernels import TritonAttention
 from backend.executor.model import LlamaModel
 from backend.executor.model_config import ModelConfig
+from backend.executor.ops import ModelOps, triton_ops
+from backend.executor.torch_attention import TorchAttention
+from backend.executor.triton_attention import TritonAttention
 from bench.experiments.gpu_timing import cuda_time_ms
 
 LLAMA3_8B = ModelConfig(
@@ -39,17 +42,21 @@ LLAMA3_8B = ModelConfig(
 BLOCK_SIZE = 16
 
 
-def build_model(config: ModelConfig = LLAMA3_8B) -> LlamaModel:
+def build_model(ops: ModelOps, config: ModelConfig = LLAMA3_8B) -> LlamaModel:
     """The model on the GPU with small random weights (allocated there directly, never on the host)."""
     with torch.device("cuda"):
-        model = LlamaModel(config, dtype=torch.bfloat16)
+        model = LlamaModel(config, dtype=torch.bfloat16, ops=ops)
     for name, param in model.named_parameters():
         if name.endswith("norm.weight"):
             param.data.fill_(1.0)
         else:
             param.data.normal_(0.0, 0.02)
-    model.use_fused_kernels()  # as load_model does on CUDA: both attention paths share the fused elementwise ops
     return model.eval()
+
+
+def torch_attention_ops() -> ModelOps:
+    """The GPU ops with the torch reference attention: the two paths share the fused elementwise ops."""
+    return dataclasses.replace(triton_ops(), attention=TorchAttention())
 
 
 def weight_bytes_per_step(model: LlamaModel) -> int:
@@ -83,20 +90,20 @@ def _decode_inputs(
     return input_ids, positions, caches, meta
 
 
-def decode_step_ms(model: LlamaModel, attention: AttentionBackend, batch: int, context: int) -> float:
+def decode_step_ms(model: LlamaModel, batch: int, context: int) -> float:
     """Median time of one decode step (forward and logits) at ``batch`` sequences of ``context`` tokens."""
-    model.attention = attention
     input_ids, positions, caches, meta = _decode_inputs(model.config, batch, context)
 
     def step() -> None:
-        # A fresh metadata object per step, as the runner makes: per-step planning is part of the cost.
-        hidden = model(input_ids, positions, caches, dataclasses.replace(meta))
+        # One plan per step, as the runner makes: per-step planning is part of the cost.
+        plan = model.ops.attention.plan(meta, BLOCK_SIZE, model.dtype)
+        hidden = model(input_ids, positions, caches, plan)
         model.compute_logits(hidden)
 
     return cuda_time_ms(step, iters=10, warmup=2)
 
 
-def attention_ms(attention: AttentionBackend, config: ModelConfig, batch: int, context: int) -> float:
+def attention_ms(attention: AttentionBackend[Any], config: ModelConfig, batch: int, context: int) -> float:
     """Median time of one layer's KV write and attention for the same decode batch."""
     one_layer = dataclasses.replace(config, num_layers=1)
     _, _, caches, meta = _decode_inputs(one_layer, batch, context)
@@ -105,16 +112,15 @@ def attention_ms(attention: AttentionBackend, config: ModelConfig, batch: int, c
     k = torch.randn(batch, config.num_kv_heads, config.head_dim, dtype=torch.bfloat16, device="cuda")
 
     def layer() -> None:
-        step_meta = dataclasses.replace(meta)
-        attention.write_kv(k, k, k_cache, v_cache, step_meta.slot_mapping)
-        attention.attend(q, k_cache, v_cache, step_meta, config.head_dim**-0.5)
+        plan = attention.plan(meta, BLOCK_SIZE, torch.bfloat16)
+        attention.write_kv(k, k, k_cache, v_cache, plan)
+        attention.attend(q, k_cache, v_cache, plan, config.head_dim**-0.5)
 
     return cuda_time_ms(layer, iters=20)
 
 
 def graph_step_ms(model: LlamaModel, batch: int, context: int) -> float:
-    """Median replay time of the same decode step captured as a CUDA graph (Triton attention)."""
-    model.attention = TritonAttention()
+    """Median replay time of the same decode step captured as a CUDA graph (a model with Triton attention)."""
     input_ids, positions, caches, meta = _decode_inputs(model.config, batch, context)
     graphs = DecodeGraphs(
         model, caches, max_batch=batch, max_blocks_per_seq=meta.block_tables.shape[1], buckets=(batch,)
@@ -147,13 +153,14 @@ def _ratio(slow: float | None, fast: float | None) -> float | None:
 def run(batches: tuple[int, ...] = (1, 16, 128), context: int = 512, copy_gbps: float | None = None) -> list[dict]:
     """One row per batch size: eager step times of both paths, their ratio, achieved bandwidth, and the
     Triton step replayed as a CUDA graph. A path that fails leaves None and its error in the row."""
-    model = build_model()
+    model = build_model(triton_ops())
+    torch_model = build_model(torch_attention_ops())
     weights = weight_bytes_per_step(model)
     rows = []
     for batch in batches:
         timed = {
-            "triton_step_ms": _attempt(partial(decode_step_ms, model, TritonAttention(), batch, context)),
-            "torch_step_ms": _attempt(partial(decode_step_ms, model, TorchAttention(), batch, context)),
+            "triton_step_ms": _attempt(partial(decode_step_ms, model, batch, context)),
+            "torch_step_ms": _attempt(partial(decode_step_ms, torch_model, batch, context)),
             "graph_step_ms": _attempt(partial(graph_step_ms, model, batch, context)),
             "triton_attention_layer_ms": _attempt(
                 partial(attention_ms, TritonAttention(), model.config, batch, context)

@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 
 from backend import Engine, EngineConfig, GenerateRequest, SamplingParams
-from backend.executor.attention import AttentionBackend, TorchAttention
-from backend.executor.kernels import TritonAttention
+from backend.executor.ops import triton_ops
 from backend.loading.loader import LoadedModel, load_model
+from bench.experiments.gpu_decode import torch_attention_ops
 
 
 def nano_vllm_workload(num_requests: int = 256, seed: int = 0) -> list[tuple[list[int], SamplingParams]]:
@@ -28,8 +28,7 @@ def nano_vllm_workload(num_requests: int = 256, seed: int = 0) -> list[tuple[lis
     ]
 
 
-def _engine(model_path: Path, loaded: LoadedModel, attention: AttentionBackend) -> Engine:
-    loaded.model.attention = attention
+def _engine(model_path: Path, loaded: LoadedModel) -> Engine:
     config = EngineConfig(
         model_path,
         device="cuda",
@@ -71,7 +70,6 @@ async def _drive(engine: Engine, workload: list[tuple[list[int], SamplingParams]
 
 def run(model_path: Path, cap_s: float = 100.0) -> dict:
     """Output tokens per second of both attention paths on the same workload, and their ratio."""
-    loaded = load_model(model_path, device="cuda", dtype=torch.bfloat16)
     workload = nano_vllm_workload()
     warmup = [(p[:200], SamplingParams(max_tokens=8, ignore_eos=True)) for p, _ in workload[:4]]
     results: dict = {
@@ -79,9 +77,10 @@ def run(model_path: Path, cap_s: float = 100.0) -> dict:
         "prompt_tokens": sum(len(p) for p, _ in workload),
         "max_output_tokens": sum(sp.max_tokens for _, sp in workload),
     }
-    for name, attention in (("triton", TritonAttention()), ("torch", TorchAttention())):
+    for name, ops in (("triton", triton_ops), ("torch", torch_attention_ops)):
         try:
-            engine = _engine(model_path, loaded, attention)
+            loaded = load_model(model_path, device="cuda", dtype=torch.bfloat16, ops=ops())
+            engine = _engine(model_path, loaded)
             try:
                 asyncio.run(_drive(engine, warmup, cap_s))  # compiles the kernels outside the timed run
                 results[name] = asyncio.run(_drive(engine, workload, cap_s))

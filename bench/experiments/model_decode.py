@@ -12,13 +12,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from backend.executor import cpu_linear
 from backend.executor.attention import AttentionMetadata
 from backend.executor.model import DecoderLayer, LlamaModel
 from backend.loading.loader import load_model
@@ -54,7 +52,8 @@ class OurDecoder:
             max_query_len=n,
             max_context_len=start + n,
         )
-        hidden = self.model(torch.tensor(tokens), positions, self.caches, meta)
+        plan = self.model.ops.attention.plan(meta, BLOCK, self.model.dtype)
+        hidden = self.model(torch.tensor(tokens), positions, self.caches, plan)
         self.pos += n
         return int(self.model.compute_logits(hidden[-1:]).argmax(-1))
 
@@ -87,18 +86,16 @@ def timed(decoder: Any, token: int, steps: int) -> tuple[list[float], list[float
 
 def matvec_floor(model: LlamaModel, rounds: int = 10) -> float:
     """CPU seconds for one pass of 1-row products over every weight matrix: the floor of a decode step."""
-    products: list[tuple[Callable[..., torch.Tensor], torch.Tensor]] = [(torch.nn.functional.linear, model.lm_head)]
-    if model.packed_head is not None:
-        products = [(cpu_linear.linear, model.packed_head)]
+    matrices = [model.packed_head if model.packed_head is not None else model.lm_head]
     for layer in model.layers:
         assert isinstance(layer, DecoderLayer)
-        products += [(layer.linear, w) for w in (layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj)]
-    inputs = {w.shape[1]: torch.randn(1, w.shape[1], dtype=model.dtype) for _, w in products}
+        matrices += [layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj]
+    inputs = {w.shape[1]: torch.randn(1, w.shape[1], dtype=model.dtype) for w in matrices}
     with torch.inference_mode():
         start = time.process_time()
         for _ in range(rounds):
-            for linear, w in products:
-                linear(inputs[w.shape[1]], w)
+            for w in matrices:
+                model.ops.linear(inputs[w.shape[1]], w)
     return (time.process_time() - start) / rounds
 
 

@@ -20,6 +20,11 @@ def make_kv_caches(model: LlamaModel, num_blocks: int) -> list[tuple[torch.Tenso
     ]
 
 
+def plan_for(model: LlamaModel, meta: AttentionMetadata) -> object:
+    """The step's attention plan, as the runner builds it."""
+    return model.ops.attention.plan(meta, BLOCK_SIZE, model.dtype)
+
+
 def single_sequence_meta(
     blocks: list[int], start: int, count: int, device: torch.device | str = "cpu"
 ) -> AttentionMetadata:
@@ -46,8 +51,8 @@ def paged_greedy(model: LlamaModel, prompt: list[int], new_tokens: int) -> list[
     pos, chunk = 0, prompt
     for _ in range(new_tokens):
         dev = model.embed_tokens.device
-        meta = single_sequence_meta(blocks, pos, len(chunk), dev)
-        hidden = model(torch.tensor(chunk, device=dev), torch.arange(pos, pos + len(chunk), device=dev), caches, meta)
+        plan = plan_for(model, single_sequence_meta(blocks, pos, len(chunk), dev))
+        hidden = model(torch.tensor(chunk, device=dev), torch.arange(pos, pos + len(chunk), device=dev), caches, plan)
         token = int(model.compute_logits(hidden[-1:]).argmax(-1))
         out.append(token)
         pos, chunk = pos + len(chunk), [token]
@@ -59,6 +64,6 @@ def prefill_logits(model: LlamaModel, prompt: list[int]) -> torch.Tensor:
     blocks = list(range(1, 1 + -(-len(prompt) // BLOCK_SIZE)))
     caches = make_kv_caches(model, len(blocks) + 1)
     dev = model.embed_tokens.device
-    meta = single_sequence_meta(blocks, 0, len(prompt), dev)
-    hidden = model(torch.tensor(prompt, device=dev), torch.arange(len(prompt), device=dev), caches, meta)
+    plan = plan_for(model, single_sequence_meta(blocks, 0, len(prompt), dev))
+    hidden = model(torch.tensor(prompt, device=dev), torch.arange(len(prompt), device=dev), caches, plan)
     return model.compute_logits(hidden)

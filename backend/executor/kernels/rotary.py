@@ -6,15 +6,9 @@ import torch
 import triton
 import triton.language as tl
 
+from backend.executor.rotary import build_cos_sin_cache
 
-def build_cos_sin_cache(inv_freq: torch.Tensor, max_positions: int) -> torch.Tensor:
-    """fp32 ``[max_positions, rotary_dim]``: cos of each position's angles, then their sin.
-
-    ``inv_freq`` is ``[rotary_dim // 2]``, already adjusted for any rope scaling.
-    """
-    positions = torch.arange(max_positions, dtype=torch.float32, device=inv_freq.device)
-    angles = torch.outer(positions, inv_freq.to(torch.float32))
-    return torch.cat([angles.cos(), angles.sin()], dim=-1).contiguous()
+__all__ = ["apply_rotary", "build_cos_sin_cache", "rotate"]
 
 
 @triton.jit
@@ -93,3 +87,12 @@ def apply_rotary(
         K_HEADS_PAD=triton.next_power_of_2(k.shape[1]),
         IS_NEOX=is_neox,
     )
+
+
+def rotate(
+    positions: torch.Tensor, qk: torch.Tensor, num_q_heads: int, cos_sin_cache: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's rotary op (`backend.executor.rotary.RotaryOp`): q and k heads of `qk`, rotated in place."""
+    q, k = qk[:, :num_q_heads], qk[:, num_q_heads:]
+    apply_rotary(positions, q, k, cos_sin_cache)
+    return q, k

@@ -1,4 +1,4 @@
-"""Paged TorchAttention equals dense causal attention, whatever the block layout and batch mix."""
+"""Paged TorchAttention equals dense causal attention, whatever the block layout and batch mix, from one plan per step."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from backend.executor.attention import AttentionMetadata, TorchAttention
+from backend.executor.attention import AttentionMetadata
+from backend.executor.torch_attention import TorchAttention
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 6, 2, 16, 4
 
@@ -73,9 +74,10 @@ def run_case(
     pad = torch.zeros(pad_rows, KV_HEADS, HEAD_DIM)
     q = torch.cat([*queries, torch.zeros(pad_rows, HEADS, HEAD_DIM)])
     attention = attention or TorchAttention()
-    attention.write_kv(torch.cat([new_k, pad]), torch.cat([new_v, pad]), k_cache, v_cache, meta.slot_mapping)
+    plan = attention.plan(meta, BLOCK, k_cache.dtype)
+    attention.write_kv(torch.cat([new_k, pad]), torch.cat([new_v, pad]), k_cache, v_cache, plan)
     scale = 1 / math.sqrt(HEAD_DIM)
-    out = attention.attend(q, k_cache, v_cache, meta, scale)
+    out = attention.attend(q, k_cache, v_cache, plan, scale)
     expected = torch.cat(
         [dense_attention(qs, k, v, scale) for qs, k, v in zip(queries, keys, values, strict=True)]
     )
@@ -139,15 +141,14 @@ def test_random_batches_match_dense_attention(seed: int) -> None:
     run_case(seqs, num_blocks=128, seed=seed)
 
 
-def test_metadata_reuse_across_layers_recomputes_for_new_step() -> None:
-    # The plan is cached per metadata object; a different step must not reuse the previous step's plan.
+def test_one_attention_serves_successive_steps_each_with_its_own_plan() -> None:
     attention = TorchAttention()
     run_case([Seq(context_len=5, q_len=1)], seed=7, attention=attention)
     run_case([Seq(context_len=9, q_len=2), Seq(context_len=5, q_len=1)], seed=8, attention=attention)
     run_case([Seq(context_len=30, q_len=1), Seq(context_len=2, q_len=1)], seed=9, attention=attention)
 
 
-def test_metadata_fields_replaced_between_steps_are_not_served_a_stale_plan() -> None:
+def test_a_plan_is_fixed_when_built_and_a_new_step_gets_a_new_one() -> None:
     attention = TorchAttention()
     k_cache = torch.randn(8, BLOCK, KV_HEADS, HEAD_DIM)
     v_cache = torch.randn(8, BLOCK, KV_HEADS, HEAD_DIM)
@@ -161,15 +162,16 @@ def test_metadata_fields_replaced_between_steps_are_not_served_a_stale_plan() ->
         max_context_len=3,
     )
     scale = 1 / math.sqrt(HEAD_DIM)
-    short = attention.attend(q, k_cache, v_cache, meta, scale)
-    # Same metadata object, next step: one more token of context.
+    short_plan = attention.plan(meta, BLOCK, k_cache.dtype)
+    # The next step refills the same metadata object: its plan sees six tokens, the first plan still three.
     meta.context_lens = torch.tensor([6], dtype=torch.int32)
     meta.max_context_len = 6
-    longer = attention.attend(q, k_cache, v_cache, meta, scale)
-    keys = torch.cat([k_cache[2], k_cache[5]])[:6]
-    values = torch.cat([v_cache[2], v_cache[5]])[:6]
-    torch.testing.assert_close(longer, dense_attention(q, keys, values, scale))
-    assert not torch.allclose(short, longer)
+    longer = attention.attend(q, k_cache, v_cache, attention.plan(meta, BLOCK, k_cache.dtype), scale)
+    short = attention.attend(q, k_cache, v_cache, short_plan, scale)
+    keys = torch.cat([k_cache[2], k_cache[5]])
+    values = torch.cat([v_cache[2], v_cache[5]])
+    torch.testing.assert_close(longer, dense_attention(q, keys[:6], values[:6], scale))
+    torch.testing.assert_close(short, dense_attention(q, keys[:3], values[:3], scale))
 
 
 @pytest.mark.parametrize("chunk_tokens", [1, 8, 24, 4096])
@@ -196,7 +198,9 @@ def test_decodes_and_prefill_in_bfloat16_match_float32_attention() -> None:
     )
     q = torch.randn(5, HEADS, HEAD_DIM, generator=gen)
     scale = 1 / math.sqrt(HEAD_DIM)
-    expected = TorchAttention().attend(q, k_cache, v_cache, meta, scale)
-    got = TorchAttention().attend(q.bfloat16(), k_cache.bfloat16(), v_cache.bfloat16(), meta, scale)
+    attention = TorchAttention()
+    expected = attention.attend(q, k_cache, v_cache, attention.plan(meta, BLOCK, torch.float32), scale)
+    bf16_plan = attention.plan(meta, BLOCK, torch.bfloat16)
+    got = attention.attend(q.bfloat16(), k_cache.bfloat16(), v_cache.bfloat16(), bf16_plan, scale)
     assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), expected, rtol=0.05, atol=0.05)

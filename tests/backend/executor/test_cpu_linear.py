@@ -44,7 +44,7 @@ def test_packing_keeps_the_model_logits(tmp_path: Path, model_type: str, monkeyp
     path = write_gguf(tmp_path / "tiny.gguf", tiny_hf_model(config).state_dict(), config, arch=model_type)
     packed = load_model(path)
     assert packed.model.packed_head is not None
-    assert all(layer.linear is cpu_linear.linear for layer in packed.model.layers)
+    assert packed.model.ops.linear is cpu_linear.linear
     monkeypatch.setattr(cpu_linear, "available", lambda: False)
     plain = load_model(path)
     assert plain.model.packed_head is None
@@ -58,7 +58,7 @@ def test_other_dtypes_keep_plain_matrices(tmp_path: Path) -> None:
     path = write_gguf(tmp_path / "tiny.gguf", tiny_hf_model(config).state_dict(), config)
     loaded = load_model(path, dtype=torch.bfloat16)
     assert loaded.model.packed_head is None
-    assert all(layer.linear is F.linear for layer in loaded.model.layers)
+    assert loaded.model.ops.linear is F.linear
 
 
 def test_engine_load_errors_reach_the_caller(tmp_path: Path) -> None:

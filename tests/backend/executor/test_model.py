@@ -9,7 +9,13 @@ import pytest
 import torch
 
 from backend.loading.loader import LoadedModel, load_model
-from tests.backend.model_harness import BLOCK_SIZE, make_kv_caches, paged_greedy, single_sequence_meta
+from tests.backend.model_harness import (
+    BLOCK_SIZE,
+    make_kv_caches,
+    paged_greedy,
+    plan_for,
+    single_sequence_meta,
+)
 
 NEW_TOKENS = 48
 PROMPTS = [
@@ -70,15 +76,16 @@ def test_chunked_prefill_gives_the_same_logits_as_one_pass(smollm: LoadedModel) 
     prompt = smollm.tokenizer.encode("A long prompt, fed in uneven chunks, must see its whole cached prefix. " * 3)
     blocks = list(range(1, 1 + -(-len(prompt) // BLOCK_SIZE)))
     whole_caches = make_kv_caches(model, len(blocks) + 1)
-    whole = model(torch.tensor(prompt), torch.arange(len(prompt)), whole_caches, single_sequence_meta(blocks, 0, len(prompt)))
+    whole_plan = plan_for(model, single_sequence_meta(blocks, 0, len(prompt)))
+    whole = model(torch.tensor(prompt), torch.arange(len(prompt)), whole_caches, whole_plan)
     chunk_caches = make_kv_caches(model, len(blocks) + 1)
     pieces, pos = [], 0
     for size in (7, 16, 1, 23, len(prompt)):
         size = min(size, len(prompt) - pos)
         if size == 0:
             break
-        meta = single_sequence_meta(blocks, pos, size)
-        pieces.append(model(torch.tensor(prompt[pos : pos + size]), torch.arange(pos, pos + size), chunk_caches, meta))
+        plan = plan_for(model, single_sequence_meta(blocks, pos, size))
+        pieces.append(model(torch.tensor(prompt[pos : pos + size]), torch.arange(pos, pos + size), chunk_caches, plan))
         pos += size
     torch.testing.assert_close(torch.cat(pieces), whole, rtol=1e-4, atol=1e-4)
 
@@ -95,7 +102,7 @@ def test_padded_rows_do_not_touch_the_cache(smollm: LoadedModel) -> None:
     caches = make_kv_caches(model, 4)
     meta = single_sequence_meta([2], 0, 3)
     meta.slot_mapping = torch.tensor([2 * BLOCK_SIZE, 2 * BLOCK_SIZE + 1, 2 * BLOCK_SIZE + 2, -1])
-    model(torch.tensor([10, 11, 12, 0]), torch.tensor([0, 1, 2, 0]), caches, meta)
+    model(torch.tensor([10, 11, 12, 0]), torch.tensor([0, 1, 2, 0]), caches, plan_for(model, meta))
     k_cache, _ = caches[0]
     assert k_cache[2, :3].abs().sum() > 0
     assert k_cache[2, 3:].abs().sum() == 0

@@ -189,13 +189,3 @@ def test_hf_folder_without_weights_fails_clearly(tmp_path: Path) -> None:
     tiny_config("llama").save_pretrained(tmp_path)
     with pytest.raises(UnsupportedModelError, match="safetensors"):
         load_model(tmp_path)
-
-
-def test_attention_is_triton_on_cuda_and_torch_elsewhere() -> None:
-    from backend.executor.attention import TorchAttention
-    from backend.executor.kernels import TritonAttention
-    from backend.loading.loader import attention_for
-
-    assert isinstance(attention_for("cuda"), TritonAttention)
-    assert isinstance(attention_for("cuda:1"), TritonAttention)
-    assert isinstance(attention_for("cpu"), TorchAttention)

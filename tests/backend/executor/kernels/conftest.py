@@ -30,12 +30,14 @@ def _import_kernels_interpreted() -> str | None:
 
         if not isinstance(standard.sum, InterpretedFunction):
             return (
-                "triton was imported before tests/backend/kernels/conftest.py could select its CPU "
-                "interpreter; run the kernel tests in their own process: pytest tests/backend/kernels"
+                "triton was imported before tests/backend/executor/kernels/conftest.py could select its CPU "
+                "interpreter; run the kernel tests in their own process: pytest tests/backend/executor/kernels"
             )
         loaded = sys.modules.get("backend.executor.kernels.kv_write")
         if loaded is not None and not isinstance(loaded._kv_write_kernel, InterpretedFunction):
-            for name in [n for n in sys.modules if n == "backend.executor.kernels" or n.startswith("backend.executor.kernels.")]:
+            # With them goes the attention backend, which bound the compiled kernels at its import.
+            stale = ("backend.executor.kernels", "backend.executor.triton_attention")
+            for name in [n for n in sys.modules if n in stale or n.startswith("backend.executor.kernels.")]:
                 del sys.modules[name]
         importlib.import_module("backend.executor.kernels")
         return None
@@ -58,7 +60,7 @@ def _interpreter_ready() -> None:
 
 @pytest.fixture
 def device() -> torch.device:
-    """Where the kernels run: CPU (interpreted) in CI, CUDA in bench/gpu_check.sh."""
+    """Where the kernels run: CPU (interpreted) in CI, CUDA in bench/experiments/gpu_check.sh."""
     return torch.device(DEVICE)
 
 

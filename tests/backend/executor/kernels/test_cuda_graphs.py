@@ -1,8 +1,7 @@
-"""Decode CUDA graphs replay the eager step exactly (GPU only), over a rotary that needs no host check."""
+"""Decode CUDA graphs replay the eager step exactly (GPU only)."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -10,10 +9,10 @@ import torch
 
 from backend import Engine, EngineConfig, SamplingParams
 from backend.executor.attention import AttentionMetadata
-from backend.executor.cuda_graphs import DecodeGraphs, _DeviceRotary
-from backend.executor.kernels import TritonAttention
-from backend.executor.model import LlamaModel, RotaryEmbedding
+from backend.executor.cuda_graphs import DecodeGraphs
+from backend.executor.model import LlamaModel
 from backend.executor.model_config import ModelConfig
+from backend.executor.ops import triton_ops
 from backend.loading.loader import load_model
 
 TINY = ModelConfig(
@@ -23,21 +22,11 @@ TINY = ModelConfig(
 )
 
 
-def test_device_rotary_matches_the_model_table(rng: torch.Generator) -> None:
-    table = RotaryEmbedding(TINY)
-    positions = torch.randint(0, 1000, (40,), generator=rng)
-    for dtype in (torch.float32, torch.float16):
-        expected = table(positions, dtype)
-        got = _DeviceRotary(table.inv_freq)(positions, dtype)
-        torch.testing.assert_close(got[0], expected[0], atol=1e-6, rtol=0)
-        torch.testing.assert_close(got[1], expected[1], atol=1e-6, rtol=0)
-
-
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_replay_matches_eager_decode_and_pads_to_bucket() -> None:
     torch.manual_seed(0)
     with torch.device("cuda"):
-        model = LlamaModel(TINY, dtype=torch.float16, attention=TritonAttention())
+        model = LlamaModel(TINY, dtype=torch.float16, ops=triton_ops())
     for p in model.parameters():
         p.data.normal_(0.0, 0.05)
     block_size, blocks_per_seq, batch = 16, 4, 3
@@ -57,7 +46,8 @@ def test_replay_matches_eager_decode_and_pads_to_bucket() -> None:
     graphs = DecodeGraphs(model, caches, max_batch=8, max_blocks_per_seq=blocks_per_seq, buckets=(1, 4, 8))
     assert graphs.bucket_for(batch) == 4
     replayed = graphs.replay(input_ids, positions, meta).clone()
-    eager = model.compute_logits(model(input_ids, positions, eager_caches, dataclasses.replace(meta)))
+    plan = model.ops.attention.plan(meta, block_size, torch.float16)
+    eager = model.compute_logits(model(input_ids, positions, eager_caches, plan))
 
     # The bucket pads 3 rows to 4, so matmuls may pick other algorithms: equal up to fp16 rounding.
     torch.testing.assert_close(replayed, eager, atol=1e-2, rtol=1e-2)

@@ -2,27 +2,27 @@
 
 The CPU interpreter needs tens of milliseconds per kernel launch, so the workload is three engine steps (a
 prefill; a prefill after a cached prefix batched with a fresh one; a decode of both) through the real
-SmolLM2 cut to its first layers. Both paths run the same cut model, so their tokens must agree exactly.
+SmolLM2 cut to its first layers. Both paths run the same cut model and differ only in their attention, so
+their tokens must agree exactly.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 from pathlib import Path
 
 import pytest
+import torch
 from torch import nn
 
 from backend import Completion, Engine, EngineConfig, SamplingParams
-from backend.executor.attention import TorchAttention
-from backend.executor.kernels import TritonAttention
-from backend.loading.loader import LoadedModel, attention_for
-from tests.backend import engine_fixtures
+from backend.executor.ops import ModelOps, ops_for, triton_ops
+from backend.executor.torch_attention import TorchAttention
+from backend.executor.triton_attention import TritonAttention
+from backend.loading.loader import LoadedModel, load_model
 
-loaded_model = engine_fixtures.loaded_model
-# On a GPU (bench/gpu_check.sh) the engine is exercised by the throughput phase instead.
+# On a GPU (bench/experiments/gpu_check.sh) the engine is exercised by the throughput phase instead.
 pytestmark = pytest.mark.skipif(
     os.environ.get("TIDEGATE_KERNEL_DEVICE", "cpu") != "cpu", reason="runs the CPU engine under the interpreter"
 )
@@ -32,15 +32,13 @@ LAYERS = 3
 SHARED = "You are a terse assistant. Reply in a word or two, never more than that."
 
 
-@pytest.fixture
-def shallow_model(loaded_model: LoadedModel) -> LoadedModel:
-    """The shared SmolLM2 with only its first LAYERS layers; weights are shared, the original is untouched."""
-    config = dataclasses.replace(loaded_model.config, num_layers=LAYERS)
-    model = copy.copy(loaded_model.model)
-    model._modules = dict(model._modules)  # its own module table, so the shared model keeps every layer
-    model.layers = nn.ModuleList(list(loaded_model.model.layers)[:LAYERS])
-    model.config = config
-    return LoadedModel(config=config, model=model, tokenizer=loaded_model.tokenizer)
+def _shallow(model_path: Path, ops: ModelOps) -> LoadedModel:
+    """SmolLM2 with only its first LAYERS layers, running `ops`."""
+    loaded = load_model(model_path, ops=ops)
+    config = dataclasses.replace(loaded.config, num_layers=LAYERS)
+    loaded.model.layers = nn.ModuleList(list(loaded.model.layers)[:LAYERS])
+    loaded.model.config = config
+    return LoadedModel(config=config, model=loaded.model, tokenizer=loaded.tokenizer)
 
 
 def _run(engine: Engine, first: list[int], later: list[list[int]]) -> list[Completion]:
@@ -48,18 +46,19 @@ def _run(engine: Engine, first: list[int], later: list[list[int]]) -> list[Compl
     return once + engine.generate_offline(later, SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True))
 
 
-def test_greedy_tokens_prefix_hits_and_freed_blocks_match_torch_path(
-    shallow_model: LoadedModel, model_path: Path
-) -> None:
-    tok = shallow_model.tokenizer
+def test_greedy_tokens_prefix_hits_and_freed_blocks_match_torch_path(model_path: Path) -> None:
+    torch.set_num_threads(1)  # under a shared CPU, 2-thread OMP barriers cost more than they win
+    reference_model = _shallow(model_path, ops_for("cpu", torch.float32))
+    # Only the attention differs: the same matrix products and torch elementwise ops around it.
+    triton_model = _shallow(model_path, dataclasses.replace(ops_for("cpu", torch.float32), attention=TritonAttention()))
+    tok = reference_model.tokenizer
     first = tok.encode(SHARED + " Sky colour?")
     later = [tok.encode(SHARED + " Grass colour?"), tok.encode("Snow colour?")]
     config = EngineConfig(model_path, kv_cache_memory=2 * 1024 * 1024)
 
-    reference_engine = Engine(config, loaded=shallow_model)
+    reference_engine = Engine(config, loaded=reference_model)
     reference = _run(reference_engine, first, later)
-    shallow_model.model.attention = TritonAttention()
-    triton_engine = Engine(config, loaded=shallow_model)
+    triton_engine = Engine(config, loaded=triton_model)
     ours = _run(triton_engine, first, later)
 
     assert [c.token_ids for c in ours] == [c.token_ids for c in reference]
@@ -70,7 +69,8 @@ def test_greedy_tokens_prefix_hits_and_freed_blocks_match_torch_path(
         assert stats.kv_blocks_free == stats.kv_blocks_total and stats.num_running == 0
 
 
-def test_attention_for_picks_triton_only_on_cuda() -> None:
-    assert isinstance(attention_for("cuda"), TritonAttention)
-    assert isinstance(attention_for("cuda:1"), TritonAttention)
-    assert isinstance(attention_for("cpu"), TorchAttention)
+def test_ops_for_picks_triton_only_on_cuda() -> None:
+    for device in ("cuda", "cuda:1"):
+        ops = ops_for(device, torch.bfloat16)
+        assert isinstance(ops.attention, TritonAttention) and ops.rotary is triton_ops().rotary
+    assert isinstance(ops_for("cpu", torch.bfloat16).attention, TorchAttention)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from backend.executor.kernels import TritonAttention
+from backend.executor.ops import triton_ops
 from backend.loading.loader import load_model
 from tests.backend.model_harness import paged_greedy, prefill_logits
 from tests.backend.tiny_models import tiny_config, tiny_hf_model, write_gguf
@@ -21,10 +21,8 @@ def test_fused_model_matches_torch_path(tmp_path: Path, model_type: str, device:
     config = tiny_config(model_type)
     path = write_gguf(tmp_path / "tiny.gguf", tiny_hf_model(config, seed=3).state_dict(), config, arch=model_type)
     reference = load_model(path).model
-    fused = load_model(path, device=str(device)).model
-    fused.attention = TritonAttention()
-    fused.use_fused_kernels()
-    assert fused.cos_sin_cache is not None and fused.cos_sin_cache.device.type == device.type
+    fused = load_model(path, device=str(device), ops=triton_ops()).model
+    assert fused.rotary.cos_sin_cache.device.type == device.type
 
     expected = prefill_logits(reference, PROMPT)
     got = prefill_logits(fused, PROMPT).cpu()

@@ -1,4 +1,4 @@
-"""The parts of bench/gpu_check.sh that run without a GPU: the workload and the joined report."""
+"""The parts of bench/experiments/gpu_check.sh that run without a GPU: the workload and the joined report."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import gpu_check
+from bench.experiments import gpu_check
 from bench.experiments.gpu_throughput import nano_vllm_workload
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend.executor.attention import TorchAttention
+from backend.executor.attention import AttentionMetadata
 from backend.executor.kernels import write_kv
+from backend.executor.torch_attention import TorchAttention
 
 
 def _caches(
@@ -14,6 +15,23 @@ def _caches(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     shape = (num_blocks, block_size, kvh, head_dim)
     return torch.full(shape, 7.0, dtype=dtype, device=device), torch.full(shape, -7.0, dtype=dtype, device=device)
+
+
+def _reference_write(
+    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor
+) -> None:
+    """The torch backend's write, planned as one sequence holding every row: only the slots matter to it."""
+    rows = slots.numel()
+    meta = AttentionMetadata(
+        query_start_loc=torch.tensor([0, rows], dtype=torch.int32),
+        context_lens=torch.tensor([rows], dtype=torch.int32),
+        block_tables=torch.zeros(1, 1, dtype=torch.int32),
+        slot_mapping=slots,
+        max_query_len=rows,
+        max_context_len=rows,
+    )
+    reference = TorchAttention()
+    reference.write_kv(k, v, k_cache, v_cache, reference.plan(meta, k_cache.shape[1], k_cache.dtype))
 
 
 @pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -53,7 +71,7 @@ def test_matches_torch_reference_on_strided_views(device: torch.device, rng: tor
     ours = _caches(4, 16, kvh, head_dim, torch.float16, device)
     theirs = _caches(4, 16, kvh, head_dim, torch.float16, torch.device("cpu"))  # the reference runs on CPU
     write_kv(k, v, *ours, slots)
-    TorchAttention().write_kv(k.cpu(), v.cpu(), *theirs, slots.cpu())
+    _reference_write(k.cpu(), v.cpu(), *theirs, slots.cpu())
     assert torch.equal(ours[0].cpu(), theirs[0]) and torch.equal(ours[1].cpu(), theirs[1])
 
 

@@ -7,9 +7,10 @@ import dataclasses
 import pytest
 import torch
 
-from backend.executor.attention import TorchAttention
-from backend.executor.kernels import TritonAttention, paged_attention
+from backend.executor.kernels import paged_attention
 from backend.executor.kernels.paged_attention import decode_splits
+from backend.executor.torch_attention import TorchAttention
+from backend.executor.triton_attention import TritonAttention
 from tests.backend.executor.kernels.paged_batch import PagedBatch, SeqSpec, dense_attention, make_batch
 
 TOLERANCE = {torch.float32: 2e-5, torch.float16: 3e-3, torch.bfloat16: 3e-2}
@@ -119,7 +120,9 @@ def test_matches_torch_reference_backend(device: torch.device, rng: torch.Genera
         block_tables=m.block_tables.cpu(),
         slot_mapping=m.slot_mapping.cpu(),
     )
-    expected = TorchAttention().attend(batch.q.cpu(), batch.k_cache.cpu(), batch.v_cache.cpu(), cpu_meta, scale)
+    reference = TorchAttention()
+    plan = reference.plan(cpu_meta, batch.k_cache.shape[1], batch.k_cache.dtype)
+    expected = reference.attend(batch.q.cpu(), batch.k_cache.cpu(), batch.v_cache.cpu(), plan, scale)
     torch.testing.assert_close(_run(batch).cpu(), expected, atol=2e-5, rtol=0)
 
 
@@ -153,7 +156,9 @@ def test_split_context_decode_matches_dense_attention(
 def test_backend_splits_a_lone_long_decode_and_still_matches(device: torch.device, rng: torch.Generator) -> None:
     batch = make_batch([SeqSpec(1, 300)], num_kv_heads=2, group=3, head_dim=128, dtype=torch.float16, device=device, rng=rng)
     assert decode_splits(1, 2, batch.meta.max_context_len) > 1
-    out = TritonAttention().attend(batch.q, batch.k_cache, batch.v_cache, batch.meta, 128**-0.5)
+    attention = TritonAttention()
+    plan = attention.plan(batch.meta, batch.k_cache.shape[1], batch.k_cache.dtype)
+    out = attention.attend(batch.q, batch.k_cache, batch.v_cache, plan, 128**-0.5)
     _assert_matches_oracle(batch, out)
 
 

@@ -1,12 +1,12 @@
-"""Rotary kernel against the model's rotate_half rotation and a GPT-J style reference."""
+"""Rotary kernel against Hugging Face's rotate_half rotation, a GPT-J style reference, and the torch op."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from backend.executor import kernels, rotary
 from backend.executor.kernels import apply_rotary, build_cos_sin_cache
-from backend.executor.model import _rotate
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 
@@ -15,12 +15,17 @@ def _inv_freq(rotary_dim: int) -> torch.Tensor:
     return 1.0 / (10000.0 ** (torch.arange(0, rotary_dim, 2).float() / rotary_dim))
 
 
+def _rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
 def _neox_reference(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
     angles = positions.float()[:, None] * inv_freq[None, :]
     emb = torch.cat((angles, angles), dim=-1)
     rot = inv_freq.shape[0] * 2
     out = x.float().clone()
-    out[..., :rot] = _rotate(x.float()[..., :rot], emb.cos()[:, None, :], emb.sin()[:, None, :])
+    out[..., :rot] = _rotate_half(x.float()[..., :rot], emb.cos()[:, None, :], emb.sin()[:, None, :])
     return out
 
 
@@ -80,3 +85,19 @@ def test_strided_q_and_k_views_rotate_in_place(device: torch.device, rng: torch.
     expected_q = _neox_reference(original[:, : 4 * 64].view(5, 4, 64), positions, _inv_freq(64))
     torch.testing.assert_close(qkv.cpu()[:, : 4 * 64].view(5, 4, 64), expected_q, atol=1e-5, rtol=1e-5)
     assert torch.equal(qkv.cpu()[:, 5 * 64 :], original[:, 5 * 64 :])  # v untouched
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_and_torch_rotary_ops_agree_on_one_table(
+    dtype: torch.dtype, device: torch.device, rng: torch.Generator
+) -> None:
+    # The model's rotary op on either path: the q and k heads of one projection, rotated from one table.
+    heads, kv_heads, head_dim = 6, 2, 64
+    positions = torch.randint(0, 500, (9,), generator=rng)
+    qk = torch.randn(9, heads + kv_heads, head_dim, generator=rng).to(dtype)
+    table = build_cos_sin_cache(_inv_freq(head_dim), 512)
+    expected_q, expected_k = rotary.rotate(positions, qk, heads, table)
+    got_q, got_k = kernels.rotate(positions.to(device), qk.clone().to(device), heads, table.to(device))
+    tol = TOLERANCE[dtype]
+    torch.testing.assert_close(got_q.cpu(), expected_q, atol=tol, rtol=tol)
+    torch.testing.assert_close(got_k.cpu(), expected_k, atol=tol, rtol=tol)

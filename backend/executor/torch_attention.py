@@ -1,0 +1,191 @@
+"""Paged attention with torch ops: the reference implementation, and fast enough for CPU serving."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from backend.executor.attention import AttentionMetadata
+
+
+@dataclass(slots=True)
+class _DecodeChunk:
+    """Single-token sequences of similar context length, attended together from one gathered buffer."""
+
+    rows: torch.Tensor  # [m] token rows of these sequences in the step
+    blocks: torch.Tensor  # [m * n] block ids to gather, n blocks per sequence (the longest one's count)
+    bias: torch.Tensor  # [m, 1, n * block_size] 0 where a key is visible, -inf past the sequence's end
+
+
+@dataclass(slots=True)
+class TorchAttentionPlan:
+    """What every layer of one step shares, computed once by `TorchAttention.plan`."""
+
+    decodes: list[_DecodeChunk]
+    covers_all_rows: bool  # no padded rows, so the output needs no zero fill
+    prefills: list[tuple[int, int, int, torch.Tensor]]  # (start, q_len, ctx_len, blocks) per sequence
+    slots: torch.Tensor  # [T'] the cache slot of each real (unpadded) new token
+    written_rows: torch.Tensor | None  # [T'] rows of those tokens in the step; None when no row is padding
+
+
+class TorchAttention:
+    """Reference paged attention with torch ops; fast enough for CPU serving.
+
+    Decodes are sorted by context length and cut into chunks of about `decode_chunk_tokens` padded keys. Each
+    chunk's blocks are gathered into a reused buffer small enough to stay in the CPU cache, so the keys and
+    values come from memory once per layer; sorting keeps the padding to the longest context small when
+    lengths are mixed. Each prefill chunk gets its own `scaled_dot_product_attention` call (its cost dwarfs
+    the call overhead).
+    """
+
+    graph_safe = False  # plans each step on the host
+
+    def __init__(self, decode_chunk_tokens: int = 4096) -> None:
+        self.decode_chunk_tokens = decode_chunk_tokens
+        self._buffers = [torch.empty(0), torch.empty(0)]  # keys, values
+
+    def plan(self, meta: AttentionMetadata, block_size: int, dtype: torch.dtype) -> TorchAttentionPlan:
+        """Split the step into length-sorted decode chunks and prefill chunks, once for all its layers."""
+        return _make_plan(meta, block_size, dtype, self.decode_chunk_tokens)
+
+    def write_kv(
+        self,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        plan: TorchAttentionPlan,
+    ) -> None:
+        kvh, d = k_cache.shape[2], k_cache.shape[3]
+        flat_k, flat_v = k_cache.view(-1, kvh, d), v_cache.view(-1, kvh, d)
+        if plan.written_rows is not None:
+            k, v = k.index_select(0, plan.written_rows), v.index_select(0, plan.written_rows)
+        flat_k.index_copy_(0, plan.slots, k.to(flat_k.dtype))
+        flat_v.index_copy_(0, plan.slots, v.to(flat_v.dtype))
+
+    def attend(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        plan: TorchAttentionPlan,
+        scale: float,
+    ) -> torch.Tensor:
+        kvh = k_cache.shape[2]
+        group = q.shape[1] // kvh
+        # Padded rows stay zero rather than garbage.
+        out = torch.empty_like(q) if plan.covers_all_rows else torch.zeros_like(q)
+        for chunk in plan.decodes:
+            out.index_copy_(0, chunk.rows, self._decode(q, k_cache, v_cache, chunk, scale))
+        for start, q_len, ctx_len, blocks in plan.prefills:
+            out[start : start + q_len] = _prefill_attention(
+                q[start : start + q_len], k_cache, v_cache, blocks, ctx_len, scale, group
+            )
+        return out
+
+    def _decode(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, chunk: _DecodeChunk, scale: float
+    ) -> torch.Tensor:
+        """One chunk of decodes: per KV head, scores and weighted values as two batched matmuls."""
+        m, kvh, d = chunk.rows.numel(), k_cache.shape[2], k_cache.shape[3]
+        keys = self._gather(k_cache, chunk.blocks, 0).view(m, -1, kvh, d)
+        values = self._gather(v_cache, chunk.blocks, 1).view(m, -1, kvh, d)
+        # The query heads sharing a KV head are the rows of one matrix: GQA without copying K or V.
+        dq = q.index_select(0, chunk.rows).view(m, kvh, -1, d)
+        res = torch.empty_like(dq)
+        for h in range(kvh):
+            scores = torch.baddbmm(chunk.bias, dq[:, h], keys[:, :, h].transpose(1, 2), alpha=scale)
+            weights = torch.softmax(scores, -1, dtype=torch.float32).to(values.dtype)
+            res[:, h] = torch.bmm(weights, values[:, :, h])
+        return res.view(m, -1, d)
+
+    def _gather(self, cache: torch.Tensor, blocks: torch.Tensor, which: int) -> torch.Tensor:
+        """Copy blocks out of a cache into a buffer reused across chunks, layers and steps."""
+        flat = cache.view(cache.shape[0], -1)
+        size = blocks.numel() * flat.shape[1]
+        buffer = self._buffers[which]
+        if buffer.numel() < size or buffer.dtype != cache.dtype or buffer.device != cache.device:
+            buffer = self._buffers[which] = torch.empty(size, dtype=cache.dtype, device=cache.device)
+        return torch.index_select(flat, 0, blocks, out=buffer[:size].view(-1, flat.shape[1]))
+
+
+def _make_plan(
+    meta: AttentionMetadata, block_size: int, dtype: torch.dtype, chunk_tokens: int
+) -> TorchAttentionPlan:
+    starts = meta.query_start_loc.tolist()
+    ctx_lens = meta.context_lens.tolist()
+    decodes: list[int] = []
+    prefills: list[tuple[int, int, int, torch.Tensor]] = []
+    for i, ctx_len in enumerate(ctx_lens):
+        start, q_len = starts[i], starts[i + 1] - starts[i]
+        if q_len == 0:
+            continue
+        if q_len == 1:
+            decodes.append(i)
+            continue
+        prefills.append((start, q_len, ctx_len, meta.block_tables[i, : -(-ctx_len // block_size)].long()))
+    decodes.sort(key=lambda i: ctx_lens[i])
+    chunks: list[_DecodeChunk] = []
+    first = 0
+    while first < len(decodes):
+        # Sorted ascending, so the last sequence taken sets the chunk's padded length.
+        end = first + 1
+        while end < len(decodes) and (end + 1 - first) * _padded(ctx_lens[decodes[end]], block_size) <= chunk_tokens:
+            end += 1
+        rows = [starts[i] for i in decodes[first:end]]
+        chunks.append(_decode_chunk(meta, decodes[first:end], rows, block_size, dtype))
+        first = end
+    covers_all_rows = starts[-1] == int(meta.slot_mapping.numel())
+    written = torch.nonzero(meta.slot_mapping >= 0).squeeze(1)
+    if written.numel() == meta.slot_mapping.numel():
+        return TorchAttentionPlan(chunks, covers_all_rows, prefills, meta.slot_mapping, None)
+    return TorchAttentionPlan(chunks, covers_all_rows, prefills, meta.slot_mapping[written], written)
+
+
+def _padded(ctx_len: int, block_size: int) -> int:
+    return -(-ctx_len // block_size) * block_size
+
+
+def _decode_chunk(
+    meta: AttentionMetadata, seqs: list[int], rows: list[int], block_size: int, dtype: torch.dtype
+) -> _DecodeChunk:
+    device = meta.context_lens.device
+    idx = torch.tensor(seqs, dtype=torch.long, device=device)
+    lens = meta.context_lens.index_select(0, idx).long()
+    nb = -(-int(lens.max()) // block_size)
+    blocks = meta.block_tables.index_select(0, idx)[:, :nb].long().reshape(-1)
+    hidden = torch.arange(nb * block_size, device=device)[None, :] >= lens[:, None]
+    bias = torch.zeros(hidden.shape, dtype=dtype, device=device).masked_fill_(hidden, float("-inf")).unsqueeze(1)
+    return _DecodeChunk(torch.tensor(rows, dtype=torch.long, device=device), blocks, bias)
+
+
+def _prefill_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    blocks: torch.Tensor,
+    ctx_len: int,
+    scale: float,
+    group: int,
+) -> torch.Tensor:
+    """Attention of one sequence's chunk `[q_len, heads, d]` over its whole context."""
+    q_len, _, d = q.shape
+    kvh = k_cache.shape[2]
+    keys = _gather(k_cache, blocks).view(-1, kvh, d)[:ctx_len].transpose(0, 1)
+    values = _gather(v_cache, blocks).view(-1, kvh, d)[:ctx_len].transpose(0, 1)
+    mask = None
+    if ctx_len > q_len:
+        # Query token j sits at absolute position ctx_len - q_len + j and sees keys up to it.
+        pos = torch.arange(ctx_len - q_len, ctx_len, device=q.device)
+        mask = torch.arange(ctx_len, device=q.device)[None, :] <= pos[:, None]
+    res = F.scaled_dot_product_attention(
+        q.transpose(0, 1), keys, values, attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=group > 1
+    )
+    return res.transpose(0, 1)
+
+
+def _gather(cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
+    """Copy the given blocks out of a cache; via a 2-D view, which torch gathers far faster than a 4-D one."""
+    return cache.view(cache.shape[0], -1).index_select(0, blocks)

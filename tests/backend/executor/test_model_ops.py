@@ -1,0 +1,77 @@
+"""Each device gets its ops once, at build; the runner plans attention once per step; CPU never loads triton."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from backend import SamplingParams
+from backend.engine import Engine, EngineConfig
+from backend.executor import cpu_linear, rotary
+from backend.executor.attention import AttentionMetadata
+from backend.executor.ops import ops_for, torch_ops
+from backend.executor.torch_attention import TorchAttention, TorchAttentionPlan
+from backend.loading.loader import load_model
+from tests.backend.tiny_models import tiny_config, tiny_hf_model, write_gguf
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    config = tiny_config("llama")
+    return write_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf", tiny_hf_model(config).state_dict(), config)
+
+
+class CountingAttention(TorchAttention):
+    """The torch backend, counting the plans it is asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plans = 0
+
+    def plan(self, meta: AttentionMetadata, block_size: int, dtype: torch.dtype) -> TorchAttentionPlan:
+        self.plans += 1
+        return super().plan(meta, block_size, dtype)
+
+
+def test_cpu_gets_the_torch_ops_with_packed_matrices_only_in_float32() -> None:
+    fp32, bf16 = ops_for("cpu", torch.float32), ops_for("cpu", torch.bfloat16)
+    for ops in (fp32, bf16):
+        assert isinstance(ops.attention, TorchAttention) and ops.rotary is rotary.rotate
+    assert bf16.linear is F.linear and bf16.pack is None
+    if cpu_linear.available():
+        assert fp32.linear is cpu_linear.linear and fp32.pack is cpu_linear.pack
+
+
+def test_each_model_has_its_own_attention_buffers() -> None:
+    # The torch backend keeps gather buffers across steps: two models must not share one.
+    assert ops_for("cpu", torch.float32).attention is not ops_for("cpu", torch.float32).attention
+
+
+def test_the_runner_plans_attention_once_per_step(tiny_gguf: Path) -> None:
+    attention = CountingAttention()
+    loaded = load_model(tiny_gguf, ops=dataclasses.replace(torch_ops(), attention=attention))
+    engine = Engine(EngineConfig(tiny_gguf, kv_cache_memory=4 << 20), loaded=loaded)
+    prompts = [[5, 9, 77, 3] * 5, [8, 1, 200]]
+    completions = engine.generate_offline(prompts, SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
+    assert [len(c.token_ids) for c in completions] == [4, 4]
+    steps = engine.stats().steps
+    assert steps >= 4 and attention.plans == steps  # not once per layer (the model has two)
+
+
+def test_the_cpu_path_never_imports_triton(tiny_gguf: Path) -> None:
+    script = (
+        "import sys\n"
+        "from backend import SamplingParams\n"
+        "from backend.engine import Engine, EngineConfig\n"
+        f"engine = Engine(EngineConfig({str(tiny_gguf)!r}, kv_cache_memory=4 << 20))\n"
+        "engine.generate_offline([[5, 9, 77]], SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True))\n"
+        "print('triton loaded' if 'triton' in sys.modules else 'triton not loaded')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "triton not loaded"
