@@ -11,8 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from backend import SamplingParams
-from backend.engine import Engine, EngineConfig
+from backend import Engine, EngineConfig, SamplingParams
 from backend.executor import cpu_linear, rotary
 from backend.executor.attention import AttentionMetadata
 from backend.executor.ops import ops_for, torch_ops
@@ -68,7 +67,7 @@ def test_the_cpu_path_never_imports_triton(tiny_gguf: Path) -> None:
     script = (
         "import sys\n"
         "from backend import SamplingParams\n"
-        "from backend.engine import Engine, EngineConfig\n"
+        "from backend import Engine, EngineConfig\n"
         f"engine = Engine(EngineConfig({str(tiny_gguf)!r}, kv_cache_memory=4 << 20))\n"
         "engine.generate_offline([[5, 9, 77]], SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True))\n"
         "print('triton loaded' if 'triton' in sys.modules else 'triton not loaded')\n"
