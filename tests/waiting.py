@@ -11,7 +11,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar, cast
+from typing import TypeVar, cast, overload
 
 __all__ = ["wait_until", "wait_until_async"]
 
@@ -31,6 +31,12 @@ def wait_until(predicate: Callable[[], T], timeout: float = 30.0, what: str = "t
         time.sleep(interval)
 
 
+@overload
+async def wait_until_async(predicate: Callable[[], Awaitable[T]], timeout: float = ..., what: str = ...,
+                           interval: float = ...) -> T: ...
+@overload
+async def wait_until_async(predicate: Callable[[], T], timeout: float = ..., what: str = ...,
+                           interval: float = ...) -> T: ...
 async def wait_until_async(predicate: Callable[[], Awaitable[T] | T], timeout: float = 30.0,
                            what: str = "the condition", interval: float = 0.02) -> T:
     """`wait_until` for a test's event loop: `predicate` may be a coroutine function, and the loop keeps

@@ -16,6 +16,7 @@ from tests.gateway.harness import GatewayHarness
 from tests.gateway.raw_http import close_quietly, closed_by_server, connect, read_answer, request_head
 from tests.gateway.upstreams import Fault, MockUpstream
 from tests.reliability.processes import metric_value
+from tests.waiting import wait_until_async
 
 Start = Callable[..., Awaitable[MockUpstream]]
 StartGateway = Callable[..., Awaitable[GatewayHarness]]
@@ -42,7 +43,7 @@ async def test_slow_headers_are_cut_with_a_408_at_the_header_timeout(upstreams: 
         sender.cancel()
         close_quietly(writer)
     assert answer.status == 408 and answer.json()["error"]["code"] == "request_timeout"
-    assert 0.9 < time.monotonic() - started < 3.0
+    assert 0.9 < time.monotonic() - started < 4.5
     text = (await gateway.admin.get("/metrics")).text
     assert metric_value(text, "tidegate_connections_closed_by_guard_total", reason="header_timeout") == 1
 
@@ -54,7 +55,7 @@ async def test_a_silent_connection_is_closed_at_the_header_timeout(upstreams: St
     started = time.monotonic()
     assert await asyncio.wait_for(closed_by_server(reader), 10)
     close_quietly(writer)
-    assert 0.9 < time.monotonic() - started < 3.0
+    assert 0.9 < time.monotonic() - started < 4.5
 
 
 async def test_oversized_headers_get_a_431_before_they_are_all_sent(upstreams: Start,
@@ -99,7 +100,7 @@ async def test_a_slow_body_gets_a_408_at_the_body_timeout(upstreams: Start, gate
     answer = await asyncio.wait_for(read_answer(reader), 10)
     close_quietly(writer)
     assert answer.status == 408 and answer.json()["error"]["code"] == "request_timeout"
-    assert 0.9 < time.monotonic() - started < 3.0
+    assert 0.9 < time.monotonic() - started < 4.5
 
 
 async def test_only_well_formed_request_ids_are_kept(upstreams: Start, gateway_for: StartGateway) -> None:
@@ -204,10 +205,8 @@ async def test_at_the_connection_cap_with_every_connection_busy_a_new_one_gets_a
             reader, writer = await connect(gateway.port)
             writer.write(request)
             busy.append(writer)
-            deadline = time.monotonic() + 10
-            while upstream.attempts < n:
-                assert time.monotonic() < deadline, "the request never reached the upstream"
-                await asyncio.sleep(0.02)
+            await wait_until_async(lambda n=n: upstream.attempts >= n, timeout=20,
+                                   what=f"request {n} to reach the upstream")
         reader, writer = await connect(gateway.port)
         answer = await asyncio.wait_for(read_answer(reader), 10)
         close_quietly(writer)
@@ -242,4 +241,4 @@ async def test_a_body_trickling_after_its_answer_is_cut_at_the_header_timeout(
     finally:
         sender.cancel()
         close_quietly(writer)
-    assert time.monotonic() - started < 3.0
+    assert time.monotonic() - started < 4.5

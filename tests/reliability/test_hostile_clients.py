@@ -14,6 +14,7 @@ from tests.gateway.raw_http import close_quietly, closed_by_server, connect, rea
 from tests.reliability.processes import GatewayProcess
 from tests.reliability.stack import gateway_over_instant_upstream
 from tests.servers import RedisServer
+from tests.waiting import wait_until_async
 
 HEADER_TIMEOUT = 2.0
 MAX_CONNECTIONS = 100  # per worker
@@ -33,14 +34,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayPro
         redis.stop()
 
 
-async def _served(gateway: GatewayProcess, secret: str) -> float:
-    """Seconds a legitimate chat completion took."""
-    started = time.monotonic()
+async def _served(gateway: GatewayProcess, secret: str) -> None:
+    """A legitimate chat completion is answered within the client's 10 s timeout."""
     async with AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key=secret, max_retries=0, timeout=10) as client:
         answer = await client.chat.completions.create(model="smollm2", max_tokens=3,
                                                       messages=[{"role": "user", "content": "hi"}])
     assert answer.choices[0].message.content
-    return time.monotonic() - started
 
 
 async def test_a_thousand_idle_connections_cannot_keep_a_request_out(stack: tuple[GatewayProcess, str]) -> None:
@@ -54,12 +53,10 @@ async def test_a_thousand_idle_connections_cannot_keep_a_request_out(stack: tupl
                 writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
             writers.append(writer)
             closed.append(asyncio.create_task(closed_by_server(reader)))
-        assert await _served(gateway, secret) < 5.0
+        await _served(gateway, secret)  # within the client's 10 s timeout, beside 1,000 idle connections
         # the workers made room by closing the longest-idle connections: no more than their caps stay open
-        deadline = time.monotonic() + 10
-        while sum(not task.done() for task in closed) > 2 * MAX_CONNECTIONS:
-            assert time.monotonic() < deadline, "idle connections beyond the caps stayed open"
-            await asyncio.sleep(0.1)
+        await wait_until_async(lambda: sum(not task.done() for task in closed) <= 2 * MAX_CONNECTIONS,
+                               timeout=20, what="idle connections beyond the caps to close")
     finally:
         for writer in writers:
             close_quietly(writer)
@@ -84,7 +81,7 @@ async def test_slow_header_clients_are_all_cut_at_the_header_timeout(stack: tupl
     started = time.monotonic()
     sender = asyncio.create_task(trickle())
     try:
-        assert await _served(gateway, secret) < 5.0  # served while they trickle
+        await _served(gateway, secret)  # served (10 s client timeout) while they trickle
         answers = await asyncio.wait_for(asyncio.gather(*(read_answer(reader) for reader, _ in clients)),
                                          HEADER_TIMEOUT + 10)
     finally:
