@@ -141,7 +141,7 @@ class RedisCatalog:
     async def append_audit(self, entry: dict[str, Any], keep_since: datetime) -> None:
         # MINID trims by the entry ids' time part: older entries than the retention are dropped
         await self._r.xadd(rk.AUDIT, {"body": json.dumps(entry)}, minid=int(keep_since.timestamp() * 1000),
-                           approximate=True)
+                           approximate=False)
 
     async def read_audit(self, query: AuditQuery) -> list[dict[str, Any]]:
         low = "-" if query.since is None else str(int(query.since.timestamp() * 1000))
