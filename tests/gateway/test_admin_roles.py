@@ -4,7 +4,10 @@ another account nor raise its own sub-accounts above the account, and every chan
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -157,3 +160,25 @@ def test_every_change_of_a_scripted_sequence_is_in_the_audit_log_without_secrets
     assert [e["target"] for e in filtered.json()["data"]] == [key["id"]]
     for method in ("POST", "PUT", "PATCH", "DELETE"):  # the log is read-only through the API
         assert gateway.client().request(method, "/admin/audit").status_code == 405
+
+
+def test_the_admin_cli_creates_lists_and_revokes_admin_keys_rotates_keys_and_reads_the_audit(
+        platform: Platform) -> None:
+    gateway = platform.gateway
+
+    def cli(*argv: str) -> Any:
+        command = [sys.executable, "-m", "tidegate.cli", "admin", "--url", gateway.url, "--admin-key", ADMIN_KEY,
+                   *argv]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr + done.stdout
+        return json.loads(done.stdout)
+
+    created = cli("admin-keys", "create", "--role", "account_admin", "--account-id", platform.acme.account)
+    assert created["key"].startswith("tga-") and created["role"] == "account_admin"
+    assert created["id"] in [k["id"] for k in cli("admin-keys", "list")["data"]]
+    assert cli("admin-keys", "revoke", created["id"])["revoked_at"]
+    assert gateway.client(created["key"]).get("/admin/me").status_code == 401
+    rotated = cli("keys", "rotate", platform.acme.key, "--grace-seconds", "60")
+    assert rotated["key"] != platform.acme.secret
+    assert gateway.client(platform.acme.secret).get("/v1/models").status_code == 200  # in its grace period
+    assert cli("audit", "--action", "admin-keys.revoke", "--limit", "1")["data"][0]["target"] == created["id"]
