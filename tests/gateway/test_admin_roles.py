@@ -7,11 +7,12 @@ import json
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gateway.admin_access import rule_for
+from gateway.admin_access import RULES, rule_for
 from quota.admin_keys import Role
 from tests.gateway.admin_clients import ADMIN_KEY, AdminGateway, admin_routes, filled
 
@@ -182,3 +183,13 @@ def test_the_admin_cli_creates_lists_and_revokes_admin_keys_rotates_keys_and_rea
     assert rotated["key"] != platform.acme.secret
     assert gateway.client(platform.acme.secret).get("/v1/models").status_code == 200  # in its grace period
     assert cli("audit", "--action", "admin-keys.revoke", "--limit", "1")["data"][0]["target"] == created["id"]
+
+
+def test_the_route_table_in_the_docs_matches_the_one_the_gateway_enforces() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "admin.md").read_text()
+    rows = {line.split("|")[1].strip(" `"): [c.strip() for c in line.split("|")[2:6]]
+            for line in doc.splitlines() if line.startswith("| `") and "/admin" in line}
+    for (method, path), rule in RULES.items():
+        shown = f"{method} {path.replace('{kind:str}', '{accounts,sub-accounts,keys}')}"
+        assert shown in rows, shown
+        assert [bool(cell) for cell in rows[shown]] == [role in rule.roles for role in Role], shown
