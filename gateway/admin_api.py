@@ -111,11 +111,11 @@ class AdminApi:
     async def _audit_change(self, request: Request, rule: Rule, target: Target, after: Any, request_id: str) -> None:
         caller, params = caller_of(request), request.path_params
         action = f"{params['kind']}.update" if rule.scope is Scope.record else rule.action
-        target_id = target.id or next(iter(params.values()), None)
-        if target_id is None and isinstance(after, dict):
-            target_id = after.get("id")
-        await self._audit.append(AuditEntry(caller.id, caller.role, action, target_id, to_json(target.before),
-                                            after, request_id, client_address(request)))
+        target_id, before = target.id or next(iter(params.values()), None), to_json(target.before)
+        if action.endswith(".create") and isinstance(after, dict):  # the new record, not its parent
+            target_id, before = after.get("id", target_id), None
+        await self._audit.append(AuditEntry(caller.id, caller.role, action, target_id, before, after, request_id,
+                                            client_address(request)))
 
     async def create_account(self, request: Request) -> Any:
         body = await _json_body(request)

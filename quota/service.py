@@ -67,8 +67,8 @@ class QuotaService(ABC):
     async def _stamp_use(self, key_id: str, now: float) -> None:
         """Records last_used_at at most once a minute per key, so that a busy key costs no write per request."""
         last = self._last_stamped.get(key_id)
-        if last is not None and now - last < LAST_USED_INTERVAL:
-            return
+        if self.degraded or (last is not None and now - last < LAST_USED_INTERVAL):
+            return  # while the store is out of reach, a stamp would only add its timeout to the request
         if len(self._last_stamped) > 100_000:
             self._last_stamped.clear()
         self._last_stamped[key_id] = now

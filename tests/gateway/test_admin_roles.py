@@ -147,6 +147,7 @@ def test_every_change_of_a_scripted_sequence_is_in_the_audit_log_without_secrets
     assert by_action["keys.revoke"]["before"]["revoked_at"] is None
     assert by_action["keys.revoke"]["after"]["revoked_at"] is not None
     assert by_action["accounts.create"]["before"] is None and by_action["accounts.create"]["target"] == account["id"]
+    assert by_action["keys.create"]["target"] == key["id"]
     for entry in mine:
         assert set(entry) == {"time", "actor", "role", "action", "target", "before", "after", "request_id",
                               "client"}
