@@ -188,7 +188,8 @@ def test_an_account_admin_signed_in_sees_and_manages_only_its_own_tenant(stack: 
         theirs = owner.post("/admin/accounts", json={"name": "tenant-other"}).json()["id"]
         owner.post(f"/admin/accounts/{theirs}/sub-accounts", json={"name": "their-team"})
         their_key = owner.post("/admin/keys", json={"account_id": theirs, "name": "their-key"}).json()["id"]
-        tenant_key = owner.post("/admin/admin-keys", json={"role": "account_admin", "account_id": ours}).json()["key"]
+        tenant = owner.post("/admin/admin-keys", json={"role": "account_admin", "account_id": ours}).json()
+    tenant_key, tenant_id = tenant["key"], tenant["id"]
 
     sign_in(page, stack.url, tenant_key)
     expect(page.locator("#app")).to_be_visible()
@@ -200,6 +201,8 @@ def test_an_account_admin_signed_in_sees_and_manages_only_its_own_tenant(stack: 
     expect(page.locator("#account-name")).to_have_text("tenant-own")
     expect(page.locator("#create-account")).to_be_hidden()
     expect(page.locator("#channels")).to_be_hidden()
+    expect(page.locator("#audit")).to_be_hidden()
+    expect(page.locator("#usage h2")).to_have_text("Usage of tenant-own")
     steps.shot("tenant-signed-in")
 
     page.fill("#create-sub-account input[name=name]", "own-team")
@@ -214,3 +217,13 @@ def test_an_account_admin_signed_in_sees_and_manages_only_its_own_tenant(stack: 
     content = page.content()
     for foreign in (theirs, "tenant-other", "their-team", their_key, "acme"):
         assert foreign not in content
+
+    # the owner sees the tenant's changes in the audit log
+    page.click("#sign-out")
+    sign_in(page, stack.url, ADMIN_KEY)
+    by_tenant = page.locator(f"#audit-table tbody tr[data-actor='{tenant_id}']")
+    expect(by_tenant).to_have_count(2)
+    expect(by_tenant.nth(0)).to_have_attribute("data-action", "keys.create")
+    expect(by_tenant.nth(1)).to_have_attribute("data-action", "sub-accounts.create")
+    assert tenant_key not in page.content()
+    steps.shot("owner-sees-the-audit")

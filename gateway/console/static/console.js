@@ -1,5 +1,6 @@
 // tidegate admin console: sign in, then every read and write goes through the admin API.
 import { KEY_STORAGE, act, api, isTenantAdmin, listOf, state } from "./api.js";
+import { refreshAudit } from "./audit.js";
 import { refreshChannels } from "./channels.js";
 import { $, showError } from "./dom.js";
 import { createAccount, createKey, createSubAccount, openAccount, renderAccounts } from "./tenants.js";
@@ -25,7 +26,7 @@ async function signIn(adminKey) {
   showRole();
   renderAccounts();
   if (isTenantAdmin()) await act(() => openAccount(state.me.account_id));
-  await act(() => Promise.all([refreshChannelsIfShown(), refreshUsage()]));
+  await act(() => Promise.all([refreshChannelsIfShown(), refreshUsage(), isTenantAdmin() ? null : refreshAudit()]));
   state.timer = setInterval(poll, POLL_MS);
 }
 
@@ -34,8 +35,7 @@ function showRole() {
   const tenant = isTenantAdmin();
   $("#whoami").textContent = `${state.me.role}${tenant ? ` of ${state.accounts[0]?.name ?? state.me.account_id}` : ""}`;
   $("#create-account").hidden = tenant;
-  $("#channels").hidden = tenant;
-  $("#nav-channels").hidden = tenant;
+  for (const part of ["#channels", "#nav-channels", "#audit", "#nav-audit"]) $(part).hidden = tenant;
   document.body.dataset.role = state.me.role;
 }
 
@@ -79,8 +79,12 @@ onSubmit("#create-account", createAccount);
 onSubmit("#create-sub-account", createSubAccount);
 onSubmit("#create-key", createKey);
 onSubmit("#usage-filter", refreshUsage);
+onSubmit("#audit-filter", refreshAudit);
 
 state.onUnauthorized = signOut;
-state.onAccountOpened = () => Promise.all([refreshUsage(), refreshLive()]);
+state.onAccountOpened = () => {
+  renderUsageFilterOptions(); // the heading names the account the chart now follows
+  return Promise.all([refreshUsage(), refreshLive()]);
+};
 state.onAccountsChanged = renderUsageFilterOptions;
 if (state.adminKey) signIn(state.adminKey);
