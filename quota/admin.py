@@ -166,7 +166,8 @@ class QuotaAdmin:
     async def create_key(self, *, account_id: str | None = None, sub_account_id: str | None = None,
                          name: str = "", models: list[str] | None = None,
                          quota: Quota | dict[str, Any] | None = None, priority_class: str | None = None,
-                         expires_at: datetime | str | None = None, allowed_ips: list[str] | None = None) -> CreatedKey:
+                         expires_at: datetime | str | None = None,
+                         allowed_ips: list[str] | None = None) -> CreatedKey:
         """Creates a key under an account or a sub-account; the secret is returned here and never again."""
         if sub_account_id is not None:
             sub = await self.get_sub_account(_record_id(sub_account_id, "sub_account_id"))
@@ -179,8 +180,8 @@ class QuotaAdmin:
             await self.get_account(_record_id(account_id, "account_id"))
         secret, prefix = _new_secret()
         key = ApiKey(new_id("key"), account_id, sub_account_id, _name(name), _models(models), _quota(quota),
-                     _priority_class(priority_class), _expiry(expires_at), allowed_ips=parse_allowlist(allowed_ips),
-                     prefix=prefix)
+                     _priority_class(priority_class), _expiry(expires_at),
+                     allowed_ips=parse_allowlist(allowed_ips), prefix=prefix)
         await self._catalog.put_key(key, hash_secret(secret))
         return CreatedKey(key, secret)
 
