@@ -1,4 +1,6 @@
-"""The admin API under /admin: accounts, sub-accounts, keys, quotas, usage and channel status."""
+"""The admin API under /admin: accounts, sub-accounts, keys, quotas, usage and channel status, admin keys and
+the audit log. Every route goes through one wrapper: authorization (gateway.admin_access), then the handler,
+then an audit entry for each change."""
 
 from __future__ import annotations
 
@@ -12,11 +14,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.auth import check_admin
+from gateway.admin_access import AdminAccess, Rule, Scope, Target, caller_of, rule_for
+from gateway.auth import client_address
 from gateway.errors import ApiError, invalid_request, not_found
 from gateway.router import Router
 from quota import UNSET, InvalidRequest, NotFound, Quota, QuotaService
+from quota.audit import AuditEntry
 from tidegate.request_body import decode_json, read_body
+from tidegate.request_id import request_id as request_id_of
 
 # admin writes are small records: a quota nests three levels
 ADMIN_BODY_BYTES, ADMIN_BODY_TIMEOUT, ADMIN_JSON_DEPTH = 256 * 1024, 30.0, 16
@@ -25,8 +30,9 @@ Handler = Callable[[Request], Awaitable[Any]]
 UPDATABLE = {
     "accounts": ("name", "quota"),
     "sub-accounts": ("name", "quota"),
-    "keys": ("name", "models", "quota", "priority_class", "expires_at"),
+    "keys": ("name", "models", "quota", "priority_class", "expires_at", "allowed_ips"),
 }
+READS = ("GET", "HEAD")
 
 
 def to_json(value: Any) -> Any:
@@ -52,8 +58,10 @@ class AdminApi:
     def __init__(self, quota: QuotaService, router: Router, admin_key: str | None,
                  priority_classes: frozenset[str] = frozenset()):
         self._admin = quota.admin
+        self._admin_keys = quota.admin_keys
+        self._audit = quota.audit
         self._router = router
-        self._admin_key = admin_key
+        self._access = AdminAccess(quota, admin_key)
         self._classes = priority_classes
 
     def routes(self) -> list[Route]:
@@ -70,23 +78,44 @@ class AdminApi:
             Route("/admin/{kind:str}/{id}", r(self.update), methods=["PATCH"]),
             Route("/admin/usage", r(self.usage), methods=["GET"]),
             Route("/admin/channels", r(self.channels), methods=["GET"]),
+            Route("/admin/me", r(self.me), methods=["GET"]),
+            Route("/admin/keys/{id}/rotate", r(self.rotate_key), methods=["POST"]),
+            Route("/admin/admin-keys", r(self.create_admin_key), methods=["POST"]),
+            Route("/admin/admin-keys", r(self.list_admin_keys), methods=["GET"]),
+            Route("/admin/admin-keys/{id}", r(self.revoke_admin_key), methods=["DELETE"]),
+            Route("/admin/audit", r(self.audit), methods=["GET"]),
         ]
 
     def _wrap(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
+            request_id = request_id_of(request.headers)
             try:
-                check_admin(request, self._admin_key)
+                route = request.scope.get("route")
+                rule = rule_for(request.method, getattr(route, "path", request.url.path))
+                target = await self._access.authorize(request, rule, lambda: _json_body(request))
                 status, result = 200, await handler(request)
                 if isinstance(result, tuple):
                     status, result = result
-                return JSONResponse(to_json(result), status_code=status)
+                body = to_json(result)
+                if request.method not in READS:
+                    await self._audit_change(request, rule, target, body, request_id)
+                return JSONResponse(body, status_code=status, headers={"x-request-id": request_id})
             except ApiError as error:
-                return error.response()
+                return error.response(request_id)
             except InvalidRequest as error:
-                return invalid_request(str(error)).response()
+                return invalid_request(str(error)).response(request_id)
             except NotFound as error:
-                return not_found(str(error.args[0] if error.args else error)).response()
+                return not_found(str(error.args[0] if error.args else error)).response(request_id)
         return endpoint
+
+    async def _audit_change(self, request: Request, rule: Rule, target: Target, after: Any, request_id: str) -> None:
+        caller, params = caller_of(request), request.path_params
+        action = f"{params['kind']}.update" if rule.scope is Scope.record else rule.action
+        target_id, before = target.id or next(iter(params.values()), None), to_json(target.before)
+        if action.endswith(".create") and isinstance(after, dict):  # the new record, not its parent
+            target_id, before = after.get("id", target_id), None
+        await self._audit.append(AuditEntry(caller.id, caller.role, action, target_id, before, after, request_id,
+                                            client_address(request)))
 
     async def create_account(self, request: Request) -> Any:
         body = await _json_body(request)
@@ -94,6 +123,9 @@ class AdminApi:
         return 201, await self._admin.create_account(body.get("name", ""), body.get("quota"))
 
     async def list_accounts(self, request: Request) -> Any:
+        tenant = caller_of(request).tenant
+        if tenant:
+            return {"data": [await self._admin.get_account(tenant)]}
         return {"data": await self._admin.list_accounts()}
 
     async def get_account(self, request: Request) -> Any:
@@ -111,7 +143,8 @@ class AdminApi:
 
     async def create_key(self, request: Request) -> Any:
         body = await _json_body(request)
-        allowed = {"account_id", "sub_account_id", "name", "models", "quota", "priority_class", "expires_at"}
+        allowed = {"account_id", "sub_account_id", "name", "models", "quota", "priority_class", "expires_at",
+                   "allowed_ips"}
         _reject_unknown(body, allowed)
         self._check_class(body)
         created = await self._admin.create_key(**body)
@@ -119,7 +152,8 @@ class AdminApi:
 
     async def list_keys(self, request: Request) -> Any:
         q = request.query_params
-        return {"data": await self._admin.list_keys(q.get("account_id"), q.get("sub_account_id"))}
+        account_id = caller_of(request).tenant or q.get("account_id")  # the access check vetted a named one
+        return {"data": await self._admin.list_keys(account_id, q.get("sub_account_id"))}
 
     async def revoke_key(self, request: Request) -> Any:
         return await self._admin.revoke_key(request.path_params["id"])
@@ -149,14 +183,45 @@ class AdminApi:
         names = ("account_id", "sub_account_id", "key_id", "model", "start", "end", "granularity")
         _reject_unknown(dict(q), set(names))
         query: dict[str, Any] = {name: q[name] for name in names if name in q}  # times parsed by quota
+        tenant = caller_of(request).tenant
+        if tenant:
+            query["account_id"] = tenant
         return await self._admin.usage(**query)
 
     async def channels(self, request: Request) -> Any:
         return {"data": [channel.status() for channel in self._router.channels]}
 
+    async def me(self, request: Request) -> Any:
+        caller = caller_of(request)
+        return {"id": caller.id, "role": caller.role, "account_id": caller.account_id}
+
+    async def rotate_key(self, request: Request) -> Any:
+        body = await _json_body(request)
+        _reject_unknown(body, {"grace_seconds"})
+        created = await self._admin.rotate_key(request.path_params["id"], body.get("grace_seconds", 0))
+        return {**to_json(created.key), "key": created.secret}
+
+    async def create_admin_key(self, request: Request) -> Any:
+        body = await _json_body(request)
+        _reject_unknown(body, {"role", "account_id", "name"})
+        created = await self._admin_keys.create(body.get("role"), body.get("account_id"), body.get("name", ""))
+        return 201, {**created.key.to_json(), "key": created.secret}
+
+    async def list_admin_keys(self, request: Request) -> Any:
+        return {"data": [key.to_json() for key in await self._admin_keys.list()]}
+
+    async def revoke_admin_key(self, request: Request) -> Any:
+        return (await self._admin_keys.revoke(request.path_params["id"])).to_json()
+
+    async def audit(self, request: Request) -> Any:
+        q = dict(request.query_params)
+        _reject_unknown(q, {"actor", "action", "since", "limit"})
+        return {"data": await self._audit.read(**q)}
+
 
 async def _json_body(request: Request) -> dict[str, Any]:
     raw = await read_body(request, max_bytes=ADMIN_BODY_BYTES, timeout=ADMIN_BODY_TIMEOUT)
+    request._body = raw  # Starlette replays it to the next reader: the access check reads before the handler
     body = decode_json(raw or b"{}", max_depth=ADMIN_JSON_DEPTH)
     if not isinstance(body, dict):
         raise invalid_request("the body must be a JSON object")

@@ -1,4 +1,5 @@
-"""`tidegate admin`: accounts, sub-accounts, keys, quotas, usage and channels over the admin API."""
+"""`tidegate admin`: accounts, sub-accounts, keys, quotas, usage, channels, admin keys and the audit log over
+the admin API."""
 
 from __future__ import annotations
 
@@ -44,6 +45,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     listing.add_argument("--sub-account-id")
     _key_fields(_quota_flags(_named(keys.add_parser("update"), "id")))
     _named(keys.add_parser("revoke"), "id")
+    rotate = _named(keys.add_parser("rotate", help="prints the new secret once"), "id")
+    rotate.add_argument("--grace-seconds", type=float, default=0.0, help="how long the old secret keeps working")
+
+    admin_keys = sub.add_parser("admin-keys", help="admin identities (owners only)").add_subparsers(
+        dest="action", required=True)
+    create_admin = admin_keys.add_parser("create", help="prints the secret once")
+    create_admin.add_argument("--role", required=True, choices=["owner", "operator", "viewer", "account_admin"])
+    create_admin.add_argument("--account-id", help="the account an account_admin manages")
+    create_admin.add_argument("--name")
+    admin_keys.add_parser("list")
+    _named(admin_keys.add_parser("revoke"), "id")
+
+    audit = sub.add_parser("audit", help="the admin changes, newest first")
+    for name in ("--actor", "--action", "--since", "--limit"):
+        audit.add_argument(name)
 
     usage = sub.add_parser("usage", help="tokens and requests, filtered")
     for name in ("--account-id", "--sub-account-id", "--key-id", "--model", "--start", "--end"):
@@ -69,6 +85,7 @@ def _key_fields(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", help="comma-separated model names the key may use")
     parser.add_argument("--priority-class")
     parser.add_argument("--expires-at", help="ISO 8601 time")
+    parser.add_argument("--allowed-ips", help="comma-separated addresses and CIDR blocks the key may be used from")
 
 
 def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None, dict[str, str]]:
@@ -77,12 +94,25 @@ def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | No
     quota = {name: getattr(args, name) for name in QUOTA_FLAGS if getattr(args, name, None) is not None}
     fields = {name: getattr(args, name) for name in ("name", "priority_class", "expires_at")
               if getattr(args, name, None) is not None}
-    if getattr(args, "models", None) is not None:
-        fields["models"] = [m for m in args.models.split(",") if m]
+    for name in ("models", "allowed_ips"):
+        if getattr(args, name, None) is not None:
+            fields[name] = [item.strip() for item in getattr(args, name).split(",") if item.strip()]
     if quota:
         fields["quota"] = quota
     if resource == "channels":
         return "GET", "/admin/channels", None, {}
+    if resource == "audit":
+        return "GET", "/admin/audit", None, {n: getattr(args, n) for n in ("actor", "action", "since", "limit")
+                                             if getattr(args, n)}
+    if resource == "admin-keys":
+        if action == "create":
+            body = {"role": args.role, "account_id": args.account_id, "name": args.name or ""}
+            return "POST", "/admin/admin-keys", body, {}
+        if action == "revoke":
+            return "DELETE", f"/admin/admin-keys/{args.id}", None, {}
+        return "GET", "/admin/admin-keys", None, {}
+    if action == "rotate":
+        return "POST", f"/admin/keys/{args.id}/rotate", {"grace_seconds": args.grace_seconds}, {}
     if resource == "usage":
         names = ("account_id", "sub_account_id", "key_id", "model", "start", "end", "granularity")
         return "GET", "/admin/usage", None, {n: getattr(args, n) for n in names if getattr(args, n)}

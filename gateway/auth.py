@@ -1,4 +1,4 @@
-"""Bearer-token authentication of API keys (through quota/) and of the admin key."""
+"""Bearer-token authentication of API keys (through quota/, with their IP allowlists) and of the admin key."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from starlette.requests import Request
 
 from gateway.errors import ApiError, forbidden, unauthorized, unavailable
 from quota import KeyInfo, QuotaService
+from quota.ip_allowlist import address_allowed
 
 
 def bearer_token(request: Request) -> str | None:
@@ -25,6 +26,8 @@ async def authenticate(quota: QuotaService, request: Request) -> KeyInfo:
         raise unauthorized("missing API key: send 'Authorization: Bearer tg-...'")
     result = await quota.authenticate(secret)
     if result.ok and result.key is not None:
+        if not address_allowed(result.key.allowed_ips, client_address(request)):
+            raise forbidden("this API key may not be used from this address", "ip_not_allowed")
         return result.key
     if result.reason == "store_unavailable":
         raise unavailable("the key store is unavailable; retry shortly", retry_after=1.0,
@@ -34,11 +37,10 @@ async def authenticate(quota: QuotaService, request: Request) -> KeyInfo:
     raise unauthorized("incorrect API key provided")
 
 
-def check_admin(request: Request, admin_key: str | None) -> None:
-    """Raises unless the request carries the configured admin key (compared in constant time)."""
-    if not admin_key:
-        raise forbidden("the admin API is disabled: no admin_key is configured", "admin_disabled")
-    check_token(request, admin_key, "admin key")
+def client_address(request: Request) -> str | None:
+    """The client's address as the server resolved it: the peer, or X-Forwarded-For when the peer is one of
+    uvicorn's trusted proxies (FORWARDED_ALLOW_IPS, loopback by default)."""
+    return request.client.host if request.client is not None else None
 
 
 def check_token(request: Request, expected: str, what: str) -> None:

@@ -6,11 +6,12 @@ import hashlib
 import secrets
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any, TypeVar
 
 from quota.catalog import Catalog, UsageQuery
+from quota.ip_allowlist import parse_allowlist
 from quota.records import (
     Account,
     ApiKey,
@@ -23,6 +24,8 @@ from quota.records import (
 )
 
 SECRET_PREFIX = "tg-"
+PREFIX_LENGTH = 8  # "tg-" and 5 of the 43 random characters: enough to tell keys apart, useless to guess
+MAX_GRACE_SECONDS = 30 * 86400
 
 
 class _Unset(Enum):
@@ -81,6 +84,18 @@ def _expiry(value: object) -> datetime | None:
     if not isinstance(value, datetime):
         raise InvalidRequest("expires_at must be an ISO 8601 time or null")
     return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _grace(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_GRACE_SECONDS:
+        raise InvalidRequest(f"grace_seconds must be a number of seconds from 0 to {MAX_GRACE_SECONDS}")
+    return float(value)
+
+
+def _new_secret() -> tuple[str, str]:
+    """(secret, its prefix)."""
+    secret = SECRET_PREFIX + secrets.token_urlsafe(32)
+    return secret, secret[:PREFIX_LENGTH]
 
 
 Owner = TypeVar("Owner", Account, SubAccount)
@@ -151,7 +166,8 @@ class QuotaAdmin:
     async def create_key(self, *, account_id: str | None = None, sub_account_id: str | None = None,
                          name: str = "", models: list[str] | None = None,
                          quota: Quota | dict[str, Any] | None = None, priority_class: str | None = None,
-                         expires_at: datetime | str | None = None) -> CreatedKey:
+                         expires_at: datetime | str | None = None,
+                         allowed_ips: list[str] | None = None) -> CreatedKey:
         """Creates a key under an account or a sub-account; the secret is returned here and never again."""
         if sub_account_id is not None:
             sub = await self.get_sub_account(_record_id(sub_account_id, "sub_account_id"))
@@ -162,9 +178,10 @@ class QuotaAdmin:
             raise InvalidRequest("account_id or sub_account_id is required")
         else:
             await self.get_account(_record_id(account_id, "account_id"))
+        secret, prefix = _new_secret()
         key = ApiKey(new_id("key"), account_id, sub_account_id, _name(name), _models(models), _quota(quota),
-                     _priority_class(priority_class), _expiry(expires_at))
-        secret = SECRET_PREFIX + secrets.token_urlsafe(32)
+                     _priority_class(priority_class), _expiry(expires_at),
+                     allowed_ips=parse_allowlist(allowed_ips), prefix=prefix)
         await self._catalog.put_key(key, hash_secret(secret))
         return CreatedKey(key, secret)
 
@@ -181,7 +198,8 @@ class QuotaAdmin:
                          models: list[str] | _Unset | None = UNSET,
                          quota: Quota | dict[str, Any] | _Unset | None = UNSET,
                          priority_class: str | _Unset | None = UNSET,
-                         expires_at: datetime | str | _Unset | None = UNSET) -> ApiKey:
+                         expires_at: datetime | str | _Unset | None = UNSET,
+                         allowed_ips: list[str] | _Unset | None = UNSET) -> ApiKey:
         key = await self.get_key(key_id)
         changes: dict[str, Any] = {}
         if name is not UNSET:
@@ -194,6 +212,8 @@ class QuotaAdmin:
             changes["priority_class"] = _priority_class(priority_class)
         if expires_at is not UNSET:
             changes["expires_at"] = _expiry(expires_at)
+        if allowed_ips is not UNSET:
+            changes["allowed_ips"] = parse_allowlist(allowed_ips)
         key = replace(key, **changes)
         await self._catalog.put_key(key)
         self._on_change()
@@ -207,6 +227,21 @@ class QuotaAdmin:
             await self._catalog.put_key(key)
         self._on_change()
         return key
+
+    async def rotate_key(self, key_id: str, grace_seconds: object = 0) -> CreatedKey:
+        """A new secret for the key; the old one keeps working for `grace_seconds`, then never again."""
+        grace = _grace(grace_seconds)
+        key = await self.get_key(key_id)
+        if key.revoked_at is not None:
+            raise InvalidRequest(f"key {key_id!r} is revoked: create a new key instead")
+        secret, key.prefix = _new_secret()
+        until = datetime.now(UTC) + timedelta(seconds=grace) if grace > 0 else None
+        await self._catalog.rotate_key(key, hash_secret(secret), until)
+        self._on_change()
+        return CreatedKey(key, secret)
+
+    async def record_use(self, key_id: str, when: datetime) -> None:
+        await self._catalog.touch_key(key_id, when)
 
     async def usage(self, *, account_id: str | None = None, sub_account_id: str | None = None,
                     key_id: str | None = None, model: str | None = None, start: datetime | None = None,

@@ -6,6 +6,8 @@ from dataclasses import replace
 
 from config.stores import StoreSettings
 from quota.admin import QuotaAdmin
+from quota.admin_keys import AdminKeys
+from quota.audit import AuditLog
 from quota.local_admission import Charge, LocalAdmission
 from quota.records import Admission, ApiKey, KeyInfo, Level, Reservation
 from quota.service import QuotaService, check_counts
@@ -23,6 +25,8 @@ class EmbeddedQuotaService(QuotaService):
         self._local = LocalAdmission(settings.lease_ttl, seed=self._catalog.tokens_used)
         self._charges: dict[str, list[Charge]] = {}
         self.admin = QuotaAdmin(self._catalog, on_change=self._forget)
+        self.admin_keys = AdminKeys(self._catalog, self.admin)
+        self.audit = AuditLog(self._catalog, settings.audit_retention_days * 86400)
 
     def _forget(self) -> None:
         self._charges.clear()

@@ -98,6 +98,9 @@ class ApiKey:
     expires_at: datetime | None = None
     revoked_at: datetime | None = None
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    allowed_ips: list[str] | None = None  # addresses and CIDR blocks; None: any address
+    last_used_at: datetime | None = None  # stamped at most once a minute per gateway process
+    prefix: str = ""  # the secret's first characters, so that people can tell keys apart
 
 
 @dataclass(slots=True)
@@ -119,6 +122,7 @@ class KeyInfo:
     models: list[str] | None
     priority_class: str | None
     expires_at: datetime | None
+    allowed_ips: tuple[str, ...] | None = None
 
     def allows(self, model: str) -> bool:
         return self.models is None or model in self.models
@@ -130,7 +134,7 @@ class KeyInfo:
     @classmethod
     def of(cls, key: ApiKey) -> KeyInfo:
         return cls(key.id, key.name, key.account_id, key.sub_account_id, key.models, key.priority_class,
-                   key.expires_at)
+                   key.expires_at, None if key.allowed_ips is None else tuple(key.allowed_ips))
 
 
 @dataclass(slots=True, frozen=True)
@@ -237,7 +241,7 @@ def to_json(record: Account | SubAccount | ApiKey) -> dict[str, Any]:
 def from_json(cls: type[T], data: dict[str, Any]) -> T:
     values = dict(data)
     values["quota"] = Quota.from_dict(values.get("quota"))
-    for name in ("created_at", "expires_at", "revoked_at"):
+    for name in ("created_at", "expires_at", "revoked_at", "last_used_at"):
         if isinstance(values.get(name), str):
             values[name] = datetime.fromisoformat(values[name])
     return cls(**values)

@@ -10,6 +10,8 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from quota import redis_keys as rk
+from quota.admin_keys import AdminKey
+from quota.audit import AuditQuery
 from quota.catalog import UsageQuery
 from quota.records import (
     QUOTA_FIELDS,
@@ -24,6 +26,7 @@ from quota.records import (
 )
 
 LEDGER_SEPARATOR = "|"
+AUDIT_PAGE = 500
 
 
 def ledger_field(key_id: str, sub_account_id: str | None, model: str) -> str:
@@ -85,11 +88,73 @@ class RedisCatalog:
 
     async def get_key(self, key_id: str) -> ApiKey | None:
         secret_hash = await self._get(rk.key_hash_key(key_id))
-        return None if secret_hash is None else await self.key_by_hash(secret_hash)
+        key = None if secret_hash is None else await self.key_by_hash(secret_hash)
+        if key is not None:
+            used = await self._r.hget(rk.KEYS_LAST_USED, key_id)
+            key.last_used_at = None if used is None else datetime.fromisoformat(str(used))
+        return key
 
     async def key_by_hash(self, secret_hash: str) -> ApiKey | None:
         raw = await self._get(rk.auth_key(secret_hash))
+        if raw is None:  # a rotated-out secret during its grace period (the pointer expires with it)
+            key_id = await self._get(rk.key_grace_key(secret_hash))
+            current = None if key_id is None else await self._get(rk.key_hash_key(key_id))
+            raw = None if current is None else await self._get(rk.auth_key(current))
         return None if raw is None else from_json(ApiKey, json.loads(raw))
+
+    async def rotate_key(self, key: ApiKey, secret_hash: str, grace_until: datetime | None) -> None:
+        """Gives the key a new secret; the old one keeps working until `grace_until` (None: not at all)."""
+        old = await self._get(rk.key_hash_key(key.id))
+        async with self._r.pipeline(transaction=True) as pipe:
+            pipe.set(rk.key_hash_key(key.id), secret_hash)
+            pipe.set(rk.auth_key(secret_hash), json.dumps(to_json(key)))
+            if old is not None:
+                pipe.delete(rk.auth_key(old))
+                grace_ms = 0 if grace_until is None else int((grace_until - datetime.now(UTC)).total_seconds() * 1000)
+                if grace_ms > 0:
+                    pipe.set(rk.key_grace_key(old), key.id, px=grace_ms)
+            await pipe.execute()
+
+    async def touch_key(self, key_id: str, when: datetime) -> None:
+        await self._r.hset(rk.KEYS_LAST_USED, key_id, when.isoformat())
+
+    async def put_admin_key(self, key: AdminKey, secret_hash: str | None = None) -> None:
+        async with self._r.pipeline(transaction=True) as pipe:
+            pipe.set(rk.admin_key_key(key.id), json.dumps(key.to_json()))
+            if secret_hash is not None:
+                pipe.set(rk.admin_auth_key(secret_hash), key.id)
+            pipe.sadd(rk.ADMIN_KEYS, key.id)
+            await pipe.execute()
+
+    async def get_admin_key(self, key_id: str) -> AdminKey | None:
+        raw = await self._get(rk.admin_key_key(key_id))
+        return None if raw is None else AdminKey.from_json(json.loads(raw))
+
+    async def admin_key_by_hash(self, secret_hash: str) -> AdminKey | None:
+        key_id = await self._get(rk.admin_auth_key(secret_hash))
+        return None if key_id is None else await self.get_admin_key(key_id)
+
+    async def list_admin_keys(self) -> list[AdminKey]:
+        ids = await self._members(rk.ADMIN_KEYS)
+        return [k for k in [await self.get_admin_key(i) for i in ids] if k is not None]
+
+    async def append_audit(self, entry: dict[str, Any], keep_since: datetime) -> None:
+        # MINID trims by the entry ids' time part: older entries than the retention are dropped
+        await self._r.xadd(rk.AUDIT, {"body": json.dumps(entry)}, minid=int(keep_since.timestamp() * 1000),
+                           approximate=False)
+
+    async def read_audit(self, query: AuditQuery) -> list[dict[str, Any]]:
+        low = "-" if query.since is None else str(int(query.since.timestamp() * 1000))
+        high = "+"
+        found: list[dict[str, Any]] = []
+        while len(found) < query.limit:
+            page: list[Any] = await self._r.xrevrange(rk.AUDIT, max=high, min=low, count=AUDIT_PAGE) or []
+            entries = [json.loads(str(fields["body"])) for _, fields in page]
+            found.extend(e for e in entries if query.matches(e))
+            if len(page) < AUDIT_PAGE:
+                break
+            high = f"({page[-1][0]!s}"
+        return found[:query.limit]
 
     async def list_keys(self, account_id: str | None, sub_account_id: str | None) -> list[ApiKey]:
         accounts = [account_id] if account_id else await self._members(rk.ACCOUNTS)

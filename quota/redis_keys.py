@@ -57,3 +57,23 @@ def subs_of(account_id: str) -> str:
 
 def keys_of(account_id: str) -> str:
     return f"tg:account:{account_id}:keys"
+
+
+def key_grace_key(secret_hash: str) -> str:
+    """A rotated-out secret's hash -> its key id, expiring when the grace period ends."""
+    return f"tg:grace:{secret_hash}"
+
+
+KEYS_LAST_USED = "tg:keys:last_used"  # key id -> when it last authenticated (ISO 8601)
+
+
+def admin_key_key(key_id: str) -> str:
+    return f"tg:admin_key:{key_id}"
+
+
+def admin_auth_key(secret_hash: str) -> str:
+    return f"tg:admin_auth:{secret_hash}"
+
+
+ADMIN_KEYS = "tg:admin_keys"
+AUDIT = "tg:audit"  # a stream: entry ids are append times in ms, which the retention trims by

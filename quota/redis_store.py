@@ -22,6 +22,8 @@ from config.stores import OnRedisDown, StoreSettings
 from limiter import compose
 from quota import redis_keys as rk
 from quota.admin import QuotaAdmin
+from quota.admin_keys import AdminKeys
+from quota.audit import AuditLog
 from quota.local_admission import Charge, LocalAdmission, reservation_id
 from quota.records import Admission, ApiKey, KeyInfo, Level, LimitName, Quota, RateInfo, Reservation
 from quota.redis_catalog import RedisCatalog, ledger_field
@@ -61,6 +63,8 @@ class RedisQuotaService(QuotaService):
         self._r = client
         self._catalog = RedisCatalog(client)
         self.admin = QuotaAdmin(self._catalog, on_change=self._forget_cached)
+        self.admin_keys = AdminKeys(self._catalog, self.admin)
+        self.audit = AuditLog(self._catalog, settings.audit_retention_days * 86400)
         self._admit = client.register_script(compose("quota", "admit"))
         self._settle = client.register_script(compose("quota", "settle"))
         self._renew = client.register_script(compose("limiter", "renew_lease"))

@@ -4,12 +4,17 @@ real token counts, which refunds the unused part of the reservation."""
 
 from __future__ import annotations
 
+import logging
 import time
 from abc import ABC, abstractmethod
 from datetime import UTC, datetime
 
 from quota.admin import QuotaAdmin, hash_secret
+from quota.admin_keys import AdminKeys
+from quota.audit import AuditLog
 from quota.records import Admission, ApiKey, AuthResult, KeyInfo, Reservation
+
+LAST_USED_INTERVAL = 60.0  # seconds between two last_used_at writes for one key, per process
 
 
 def check_counts(**counts: int) -> None:
@@ -27,10 +32,13 @@ class QuotaService(ABC):
     """One atomic admission across key, sub-account and account, then settlement with real usage."""
 
     admin: QuotaAdmin
+    admin_keys: AdminKeys
+    audit: AuditLog
 
     def __init__(self, auth_cache_ttl: float) -> None:
         self._auth_ttl = auth_cache_ttl
         self._auth_cache: dict[str, tuple[float, ApiKey | None]] = {}
+        self._last_stamped: dict[str, float] = {}
 
     async def authenticate(self, secret: str) -> AuthResult:
         """Looks the secret's SHA-256 up; answers are cached at most `auth_cache_ttl` (<= 1 s)."""
@@ -53,7 +61,21 @@ class QuotaService(ABC):
             return AuthResult(False, None, "revoked")
         if key.expires_at is not None and key.expires_at <= datetime.now(UTC):
             return AuthResult(False, None, "expired")
+        await self._stamp_use(key.id, now)
         return AuthResult(True, KeyInfo.of(key))
+
+    async def _stamp_use(self, key_id: str, now: float) -> None:
+        """Records last_used_at at most once a minute per key, so that a busy key costs no write per request."""
+        last = self._last_stamped.get(key_id)
+        if self.degraded or (last is not None and now - last < LAST_USED_INTERVAL):
+            return  # while the store is out of reach, a stamp would only add its timeout to the request
+        if len(self._last_stamped) > 100_000:
+            self._last_stamped.clear()
+        self._last_stamped[key_id] = now
+        try:
+            await self.admin.record_use(key_id, datetime.now(UTC))
+        except Exception:  # a lost stamp must never fail the request it describes
+            logging.getLogger("tidegate.quota").warning("could not record last_used_at of key %s", key_id)
 
     def _forget_cached(self) -> None:
         self._auth_cache.clear()

@@ -7,7 +7,10 @@ import sqlite3
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+from quota.admin_keys import AdminKey
+from quota.audit import AuditQuery
 from quota.calendar import month_days
 from quota.catalog import UsageQuery
 from quota.records import Account, ApiKey, Level, Reservation, SubAccount, UsageRow, from_json, to_json
@@ -22,6 +25,11 @@ CREATE TABLE IF NOT EXISTS usage (
     sub_account_id TEXT NOT NULL, key_id TEXT NOT NULL, model TEXT NOT NULL,
     prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL, requests INTEGER NOT NULL,
     PRIMARY KEY (granularity, period, account_id, sub_account_id, key_id, model));
+CREATE TABLE IF NOT EXISTS key_grace (secret_hash TEXT PRIMARY KEY, key_id TEXT NOT NULL, until REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS admin_keys (id TEXT PRIMARY KEY, secret_hash TEXT NOT NULL UNIQUE, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS audit (seq INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, actor TEXT NOT NULL,
+                                  action TEXT NOT NULL, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS audit_at ON audit (at);
 """
 LEVEL_COLUMN = {Level.key: "key_id", Level.sub_account: "sub_account_id", Level.account: "account_id"}
 
@@ -85,7 +93,60 @@ class SqliteCatalog:
 
     async def key_by_hash(self, secret_hash: str) -> ApiKey | None:
         rows = self._rows("SELECT body FROM keys WHERE secret_hash = ?", (secret_hash,))
+        if not rows:  # a rotated-out secret during its grace period
+            rows = self._rows("SELECT k.body FROM key_grace g JOIN keys k ON k.id = g.key_id"
+                              " WHERE g.secret_hash = ? AND g.until > ?", (secret_hash, datetime.now(UTC).timestamp()))
         return from_json(ApiKey, json.loads(str(rows[0][0]))) if rows else None
+
+    async def rotate_key(self, key: ApiKey, secret_hash: str, grace_until: datetime | None) -> None:
+        """Gives the key a new secret; the old one keeps working until `grace_until` (None: not at all)."""
+        with self._lock, self._db:
+            self._db.execute("BEGIN")
+            old = self._db.execute("SELECT secret_hash FROM keys WHERE id = ?", (key.id,)).fetchone()
+            self._db.execute("UPDATE keys SET secret_hash = ?, body = ? WHERE id = ?",
+                             (secret_hash, json.dumps(to_json(key)), key.id))
+            self._db.execute("DELETE FROM key_grace WHERE until <= ?", (datetime.now(UTC).timestamp(),))
+            if old is not None and grace_until is not None:
+                self._db.execute("INSERT OR REPLACE INTO key_grace VALUES (?, ?, ?)",
+                                 (old[0], key.id, grace_until.timestamp()))
+
+    async def touch_key(self, key_id: str, when: datetime) -> None:
+        # one field in place, so that a concurrent admin update is not overwritten by a stale record
+        self._write("UPDATE keys SET body = json_set(body, '$.last_used_at', ?) WHERE id = ?",
+                    (when.isoformat(), key_id))
+
+    async def put_admin_key(self, key: AdminKey, secret_hash: str | None = None) -> None:
+        body = json.dumps(key.to_json())
+        if secret_hash is not None:
+            self._write("INSERT INTO admin_keys VALUES (?, ?, ?)", (key.id, secret_hash, body))
+        else:
+            self._write("UPDATE admin_keys SET body = ? WHERE id = ?", (body, key.id))
+
+    async def get_admin_key(self, key_id: str) -> AdminKey | None:
+        rows = self._rows("SELECT body FROM admin_keys WHERE id = ?", (key_id,))
+        return AdminKey.from_json(json.loads(str(rows[0][0]))) if rows else None
+
+    async def admin_key_by_hash(self, secret_hash: str) -> AdminKey | None:
+        rows = self._rows("SELECT body FROM admin_keys WHERE secret_hash = ?", (secret_hash,))
+        return AdminKey.from_json(json.loads(str(rows[0][0]))) if rows else None
+
+    async def list_admin_keys(self) -> list[AdminKey]:
+        return [AdminKey.from_json(json.loads(str(r[0]))) for r in self._rows("SELECT body FROM admin_keys ORDER BY id")]
+
+    async def append_audit(self, entry: dict[str, Any], keep_since: datetime) -> None:
+        at = datetime.fromisoformat(entry["time"]).timestamp()
+        with self._lock, self._db:
+            self._db.execute("BEGIN")
+            self._db.execute("INSERT INTO audit (at, actor, action, body) VALUES (?, ?, ?, ?)",
+                             (at, entry["actor"], entry["action"], json.dumps(entry)))
+            self._db.execute("DELETE FROM audit WHERE at < ?", (keep_since.timestamp(),))
+
+    async def read_audit(self, query: AuditQuery) -> list[dict[str, Any]]:
+        since = query.since.timestamp() if query.since else None
+        rows = self._rows("SELECT body FROM audit WHERE (?1 IS NULL OR actor = ?1) AND (?2 IS NULL OR action = ?2)"
+                          " AND (?3 IS NULL OR at >= ?3) ORDER BY seq DESC LIMIT ?4",
+                          (query.actor, query.action, since, query.limit))
+        return [json.loads(str(r[0])) for r in rows]
 
     async def list_keys(self, account_id: str | None, sub_account_id: str | None) -> list[ApiKey]:
         rows = self._rows(

@@ -104,7 +104,7 @@ def _admin(method: str, summary: str, body: dict[str, Any] | None = None, ok: st
            params: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     operation: dict[str, Any] = {"summary": summary, "security": [{"admin": []}], "responses": {
         ok: {"description": "done", "content": {JSON: {"schema": {"type": "object"}}}},
-        **_errors(400, 401, 404)}}
+        **_errors(400, 401, 403, 404)}}
     if body is not None:
         operation["requestBody"] = {"required": True, "content": {JSON: {"schema": body}}}
     if params:
@@ -123,7 +123,8 @@ def admin_paths() -> dict[str, Any]:
     key = {"type": "object", "properties": {
         "account_id": {"type": "string"}, "sub_account_id": {"type": "string"}, "name": {"type": "string"},
         "models": {"type": "array", "items": {"type": "string"}}, "quota": quota,
-        "priority_class": {"type": "string"}, "expires_at": {"type": "string", "format": "date-time"}}}
+        "priority_class": {"type": "string"}, "expires_at": {"type": "string", "format": "date-time"},
+        "allowed_ips": {"type": "array", "items": {"type": "string"}}}}
     update = {"type": "object", "properties": {"quota": quota, "name": {"type": "string"}}}
     return {
         "/admin/accounts": {**_admin("post", "Create an account", named, "201"),
@@ -141,6 +142,25 @@ def admin_paths() -> dict[str, Any]:
         "/admin/usage": _admin("get", "Usage by account, sub-account, key, model and time range", params=[
             _param(p) for p in ("account_id", "sub_account_id", "key_id", "model", "start", "end")]),
         "/admin/channels": _admin("get", "Channel health, breaker state, in-flight and error rate"),
+        **admin_access_paths(),
+    }
+
+
+def admin_access_paths() -> dict[str, Any]:
+    """Admin identities, the audit log and key rotation (docs/admin.md)."""
+    admin_key = {"type": "object", "required": ["role"], "properties": {
+        "role": {"type": "string", "enum": ["owner", "operator", "viewer", "account_admin"]},
+        "account_id": {"type": "string"}, "name": {"type": "string"}}}
+    rotate = {"type": "object", "properties": {"grace_seconds": {"type": "number", "minimum": 0}}}
+    return {
+        "/admin/me": _admin("get", "The calling admin key's id, role and account"),
+        "/admin/keys/{id}/rotate": _admin("post", "A new secret for the key; the old one works for grace_seconds",
+                                          rotate, params=[_param("id", "path")]),
+        "/admin/admin-keys": {**_admin("post", "Create an admin key (its secret is returned once)", admin_key, "201"),
+                              **_admin("get", "List admin keys (never a secret)")},
+        "/admin/admin-keys/{id}": _admin("delete", "Revoke an admin key", params=[_param("id", "path")]),
+        "/admin/audit": _admin("get", "Admin changes, newest first", params=[
+            _param(p) for p in ("actor", "action", "since", "limit")]),
     }
 
 

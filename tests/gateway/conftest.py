@@ -8,10 +8,13 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 
 from tests.backend.backend_process import BackendProcess
-from tests.gateway.harness import GatewayHarness, settings_for
+from tests.gateway.admin_clients import AdminGateway
+from tests.gateway.harness import ADMIN_KEY, GatewayHarness, settings_for
 from tests.gateway.upstreams import Fault, MockUpstream
+from tests.servers import ChildProcess, free_port, tidegate_argv
 
 
 @pytest.fixture
@@ -67,3 +70,24 @@ async def backend_gateway(backend_url: str,
                           gateway_for: Callable[..., Awaitable[GatewayHarness]]) -> GatewayHarness:
     """A gateway whose one channel is the real backend, serving the model under its own name."""
     return await gateway_for([], channels=[{"name": "backend", "base_url": backend_url, "models": ["smollm2"]}])
+
+
+@pytest.fixture(scope="module")
+def admin_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdminGateway]:
+    """A `tidegate gateway` process without channels (embedded store, no auth cache), shared by one module:
+    for admin API tests, where authentication is all a key needs to show (`GET /v1/models`)."""
+    workdir = tmp_path_factory.mktemp("admin-gateway")
+    config = workdir / "gateway.yaml"
+    config.write_text(yaml.safe_dump({"admin_key": ADMIN_KEY, "data_dir": str(workdir / "data"),
+                                      "auth_cache_ttl": 0}))
+    port = free_port()
+    process = ChildProcess(tidegate_argv("gateway", "--config", str(config), "--port", str(port)),
+                           workdir / "gateway.log", port)
+    process.start(health_timeout=60)
+    gateway = AdminGateway(process.url)
+    try:
+        yield gateway
+    finally:
+        for client in gateway.clients:
+            client.close()
+        process.stop()

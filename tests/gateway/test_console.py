@@ -1,7 +1,8 @@
 """The admin console in headless Chromium against a real gateway and backend on loopback.
 
 An operator signs in, creates a sub-account and a key, sees the key's usage after requests made with it,
-revokes it and sees the next request refused; a wrong admin key is refused. One screenshot per step.
+revokes it and sees the next request refused; a wrong admin key is refused; an account admin sees only its own
+tenant. One screenshot per step.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
@@ -176,3 +178,52 @@ def test_api_errors_show_on_the_page_and_names_render_as_text(stack: LiveStack, 
     assert row.locator("img").count() == 0
     assert page.evaluate("document.body.dataset.owned") is None
     steps.shot("name-as-text")
+
+
+def test_an_account_admin_signed_in_sees_and_manages_only_its_own_tenant(stack: LiveStack, page: Page,
+                                                                          tmp_path: Path) -> None:
+    steps = Steps(page, tmp_path)
+    with httpx.Client(base_url=stack.url, headers={"authorization": f"Bearer {ADMIN_KEY}"}) as owner:
+        ours = owner.post("/admin/accounts", json={"name": "tenant-own", "quota": {"rpm": 100}}).json()["id"]
+        theirs = owner.post("/admin/accounts", json={"name": "tenant-other"}).json()["id"]
+        owner.post(f"/admin/accounts/{theirs}/sub-accounts", json={"name": "their-team"})
+        their_key = owner.post("/admin/keys", json={"account_id": theirs, "name": "their-key"}).json()["id"]
+        tenant = owner.post("/admin/admin-keys", json={"role": "account_admin", "account_id": ours}).json()
+    tenant_key, tenant_id = tenant["key"], tenant["id"]
+
+    sign_in(page, stack.url, tenant_key)
+    expect(page.locator("#app")).to_be_visible()
+    expect(page.locator("#whoami")).to_have_text("account_admin of tenant-own")
+    rows = page.locator("#accounts-table tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_have_attribute("data-id", ours)
+    expect(page.locator("#account-detail")).to_be_visible()  # its one account opens by itself
+    expect(page.locator("#account-name")).to_have_text("tenant-own")
+    expect(page.locator("#create-account")).to_be_hidden()
+    expect(page.locator("#channels")).to_be_hidden()
+    expect(page.locator("#audit")).to_be_hidden()
+    expect(page.locator("#usage h2")).to_have_text("Usage of tenant-own")
+    steps.shot("tenant-signed-in")
+
+    page.fill("#create-sub-account input[name=name]", "own-team")
+    page.click("#create-sub-account button[type=submit]")
+    expect(page.locator("#sub-accounts-table tbody tr", has_text="own-team")).to_have_count(1)
+    page.fill("#create-key input[name=name]", "own-key")
+    page.click("#create-key button[type=submit]")
+    expect(page.locator("#new-secret")).to_be_visible()
+    expect(page.locator("#keys-table tbody tr", has_text="own-key")).to_have_count(1)
+    expect(page.locator("#app-error")).to_be_hidden()
+    steps.shot("tenant-key-created")
+    content = page.content()
+    for foreign in (theirs, "tenant-other", "their-team", their_key, "acme"):
+        assert foreign not in content
+
+    # the owner sees the tenant's changes in the audit log
+    page.click("#sign-out")
+    sign_in(page, stack.url, ADMIN_KEY)
+    by_tenant = page.locator(f"#audit-table tbody tr[data-actor='{tenant_id}']")
+    expect(by_tenant).to_have_count(2)
+    expect(by_tenant.nth(0)).to_have_attribute("data-action", "keys.create")
+    expect(by_tenant.nth(1)).to_have_attribute("data-action", "sub-accounts.create")
+    assert tenant_key not in page.content()
+    steps.shot("owner-sees-the-audit")

@@ -5,6 +5,7 @@ export const KEY_STORAGE = "tidegate.adminKey";
 
 export const state = {
   adminKey: sessionStorage.getItem(KEY_STORAGE),
+  me: null, // {id, role, account_id} of the signed-in admin key, from GET /admin/me
   accounts: [],
   account: null,
   subAccounts: [],
@@ -39,6 +40,11 @@ export async function api(method, path, body) {
     throw new ApiError(response.status, message);
   }
   return data;
+}
+
+// An account admin manages one tenant: no account list to create in, no platform-wide channels.
+export function isTenantAdmin() {
+  return state.me?.role === "account_admin";
 }
 
 // Lists come back either bare or wrapped the OpenAI way ({"object": "list", "data": [...]}).

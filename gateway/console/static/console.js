@@ -1,13 +1,15 @@
 // tidegate admin console: sign in, then every read and write goes through the admin API.
-import { KEY_STORAGE, act, api, listOf, state } from "./api.js";
+import { KEY_STORAGE, act, api, isTenantAdmin, listOf, state } from "./api.js";
+import { refreshAudit } from "./audit.js";
 import { refreshChannels } from "./channels.js";
 import { $, showError } from "./dom.js";
-import { createAccount, createKey, createSubAccount, renderAccounts } from "./tenants.js";
+import { createAccount, createKey, createSubAccount, openAccount, renderAccounts } from "./tenants.js";
 import { POLL_MS, refreshLive, refreshUsage, renderUsageFilterOptions } from "./usage.js";
 
 async function signIn(adminKey) {
   state.adminKey = adminKey;
   try {
+    state.me = await api("GET", "/admin/me");
     state.accounts = listOf(await api("GET", "/admin/accounts"));
   } catch (error) {
     state.adminKey = null;
@@ -21,15 +23,30 @@ async function signIn(adminKey) {
   $("#signin-panel").hidden = true;
   $("#app").hidden = false;
   $("#nav").hidden = false;
+  showRole();
   renderAccounts();
-  await act(() => Promise.all([refreshChannels(), refreshUsage()]));
+  if (isTenantAdmin()) await act(() => openAccount(state.me.account_id));
+  await act(() => Promise.all([refreshChannelsIfShown(), refreshUsage(), isTenantAdmin() ? null : refreshAudit()]));
   state.timer = setInterval(poll, POLL_MS);
+}
+
+// The page shows what the key's role may use; the gateway still checks every call.
+function showRole() {
+  const tenant = isTenantAdmin();
+  $("#whoami").textContent = `${state.me.role}${tenant ? ` of ${state.accounts[0]?.name ?? state.me.account_id}` : ""}`;
+  $("#create-account").hidden = tenant;
+  for (const part of ["#channels", "#nav-channels", "#audit", "#nav-audit"]) $(part).hidden = tenant;
+  document.body.dataset.role = state.me.role;
+}
+
+function refreshChannelsIfShown() {
+  return isTenantAdmin() ? Promise.resolve() : refreshChannels();
 }
 
 function signOut(message) {
   clearInterval(state.timer);
   sessionStorage.removeItem(KEY_STORAGE);
-  Object.assign(state, { adminKey: null, account: null, accounts: [], keys: [], subAccounts: [], timer: null });
+  Object.assign(state, { adminKey: null, me: null, account: null, accounts: [], keys: [], subAccounts: [], timer: null });
   state.liveSamples.clear();
   $("#app").hidden = true;
   $("#nav").hidden = true;
@@ -39,7 +56,7 @@ function signOut(message) {
 }
 
 async function poll() {
-  await act(() => Promise.all([refreshChannels(), refreshLive()]));
+  await act(() => Promise.all([refreshChannelsIfShown(), refreshLive()]));
 }
 
 function onSubmit(selector, handler) {
@@ -62,8 +79,12 @@ onSubmit("#create-account", createAccount);
 onSubmit("#create-sub-account", createSubAccount);
 onSubmit("#create-key", createKey);
 onSubmit("#usage-filter", refreshUsage);
+onSubmit("#audit-filter", refreshAudit);
 
 state.onUnauthorized = signOut;
-state.onAccountOpened = () => Promise.all([refreshUsage(), refreshLive()]);
+state.onAccountOpened = () => {
+  renderUsageFilterOptions(); // the heading names the account the chart now follows
+  return Promise.all([refreshUsage(), refreshLive()]);
+};
 state.onAccountsChanged = renderUsageFilterOptions;
 if (state.adminKey) signIn(state.adminKey);

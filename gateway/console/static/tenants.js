@@ -1,5 +1,5 @@
 // Accounts, sub-accounts and keys: list, create, revoke, and the quota dialog for every level.
-import { act, api, listOf, query, state } from "./api.js";
+import { act, api, isTenantAdmin, listOf, query, state } from "./api.js";
 import { $, QUOTA_FIELDS, el, fillRows, formatQuota } from "./dom.js";
 
 export async function refreshAccounts() {
@@ -12,7 +12,9 @@ export function renderAccounts() {
     el("td", {}, account.name), el("td", {}, el("code", {}, account.id)), el("td", {}, formatQuota(account.quota)),
     el("td", {},
       el("button", { type: "button", class: "open-account", onclick: () => act(() => openAccount(account.id)) }, "Open"),
-      el("button", { type: "button", class: "edit-quota", onclick: () => editQuota("accounts", account) }, "Quota")),
+      // an account admin may not change its own account's limits
+      isTenantAdmin() ? null
+        : el("button", { type: "button", class: "edit-quota", onclick: () => editQuota("accounts", account) }, "Quota")),
   )));
   state.onAccountsChanged();
 }
