@@ -95,6 +95,11 @@ class Tokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._backend.decode(ids, skip_special_tokens=skip_special_tokens)
 
+    def byte_level_vocab(self) -> list[str]:
+        """Every id's byte-level spelling (GPT-2's byte alphabet), with special tokens as "" (they are never text)."""
+        special = {i for i, t in self._backend.get_added_tokens_decoder().items() if t.special}
+        return ["" if i in special else (self._backend.id_to_token(i) or "") for i in range(self.vocab_size)]
+
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         """The prompt text for a conversation; raises ChatTemplateError if the model has no template or refuses."""
         if self.chat_template is None:
