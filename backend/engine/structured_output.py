@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 COMPILE_TIMEOUT_S = 10.0
 CACHE_SIZE = 256
 COMPILE_WORKERS = 2
+_ANY_OBJECT = '{"type": "object"}'
 _SOURCE_LOCATION = re.compile(r"^\[[\d:]+\] \S+:\d+: ")  # xgrammar's "[12:00:00] file.cc:94: " prefix
 
 
@@ -38,6 +39,7 @@ class ConstraintKind(Enum):
     REGEX = "regex"
     CHOICE = "choice"
     GRAMMAR = "grammar"  # xgrammar's EBNF (GBNF-style)
+    STRUCTURAL_TAG = "structural_tag"  # xgrammar's structural tag (JSON): tool-call blocks
 
 
 @dataclass(slots=True, frozen=True)
@@ -148,16 +150,18 @@ class GrammarCompiler:
 
 def _compile_with(compiler: xgr.GrammarCompiler, constraint: Constraint) -> xgr.CompiledGrammar:
     kind, source = constraint.kind, constraint.source
-    if kind is ConstraintKind.JSON_OBJECT:
-        return compiler.compile_builtin_json_grammar()
-    if kind is ConstraintKind.JSON_SCHEMA:
+    if kind in (ConstraintKind.JSON_SCHEMA, ConstraintKind.JSON_OBJECT):
         # Compact JSON: free whitespace lets a small model pad with newlines until max_tokens.
-        return compiler.compile_json_schema(source, any_whitespace=False, strict_mode=True)
+        # Strict mode (no properties beyond the schema's) for schemas; json_object allows any properties.
+        strict = kind is ConstraintKind.JSON_SCHEMA
+        return compiler.compile_json_schema(source or _ANY_OBJECT, any_whitespace=False, strict_mode=strict)
     if kind is ConstraintKind.REGEX:
         return compiler.compile_regex(source)
     if kind is ConstraintKind.CHOICE:
         choices: list[str] = json.loads(source)
         return compiler.compile_grammar("root ::= " + " | ".join(json.dumps(c) for c in choices))
+    if kind is ConstraintKind.STRUCTURAL_TAG:
+        return compiler.compile_structural_tag(source)
     return compiler.compile_grammar(source)
 
 
