@@ -116,10 +116,12 @@ class GrammarCompiler:
                 self._cache.move_to_end(key)
                 return hit
             future = self._pending.get(key)
+            started = future is None
             if future is None:  # one compile per digest, however many requests wait for it
                 future = self._pool.submit(self._compile, constraint)
                 self._pending[key] = future
-                future.add_done_callback(lambda done: self._store(key, done))
+        if started:  # outside the lock: a compile already done runs its callback in this thread
+            future.add_done_callback(lambda done: self._store(key, done))
         try:
             return future.result(timeout=self._timeout)
         except FutureTimeout:
