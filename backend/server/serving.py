@@ -30,7 +30,7 @@ from backend.server.protocol import (
 )
 from backend.server.request_log import CLIENT_GONE, RequestLogLine
 from backend.server.responses import ResponseBuilder, usage
-from backend.server.tools import ToolStream, parse_calls, prompt_messages
+from backend.server.tools import ToolStream, parse_calls, render_chat
 from tidegate.event_stream import (
     DONE_EVENT,
     EventStreamResponse,
@@ -136,7 +136,7 @@ class OpenAIServing:
         tok = engine.tokenizer
         if req.messages is not None:
             try:
-                text = tok.apply_chat_template(prompt_messages(req.messages, req.tools), add_generation_prompt=True)
+                text = render_chat(tok, req.messages, req.tools)
             except Exception as exc:  # a template may reject an order of roles it does not support
                 raise invalid(f"the chat template rejected `messages`: {exc}", "messages") from None
             return tok.encode(text, add_special_tokens=False)  # the template already placed special tokens

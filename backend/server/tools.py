@@ -2,7 +2,8 @@
 
 The format the model is asked for, and the one parsed back, is one block per call:
 `<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>`.
-Templates without a tools section (SmolLM2's) get the tools as a system prompt in that format; tool results
+A template with a tools section gets them through it (transformers' `tools=` convention); templates without
+one (SmolLM2's) get the tools as a system prompt in that format; tool results
 go back as a user turn of `<tool_response>` blocks. `required` and a named function are enforced by a grammar,
 so their arguments always match the function's schema; `auto` is parsed from free output.
 """
@@ -13,11 +14,14 @@ import json
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backend.engine.structured_output import Constraint, ConstraintKind
 from backend.server.api_errors import invalid
 from backend.server.constraints import json_schema_constraint
+
+if TYPE_CHECKING:
+    from backend.loading.tokenizer import Tokenizer
 
 MAX_TOOLS = 64
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -110,6 +114,17 @@ def chat_message(msg: dict[str, Any], where: str) -> dict[str, Any]:
         parsed.append({"name": fn["name"], "arguments": arguments})
     content = msg.get("content")
     return {"role": "assistant", "content": content if isinstance(content, str) else "", "tool_calls": parsed}
+
+
+def render_chat(tokenizer: Tokenizer, messages: list[dict[str, Any]], tools: ToolRequest | None) -> str:
+    """The prompt text: through the template's own tools section when it has one, else the generic form."""
+    template = tokenizer.chat_template
+    if template is None or "tools" not in template.source:
+        return tokenizer.apply_chat_template(prompt_messages(messages, tools), add_generation_prompt=True)
+    listing = [{"type": "function", "function": f} for f in tools.functions] if tools is not None else None
+    shaped = [{**m, "tool_calls": [{"type": "function", "function": c} for c in m["tool_calls"]]}
+              if m.get("tool_calls") else m for m in messages]  # transformers' shape: arguments as a dict
+    return template.render(shaped, add_generation_prompt=True, tools=listing)
 
 
 def prompt_messages(messages: list[dict[str, Any]], tools: ToolRequest | None) -> list[dict[str, str]]:
