@@ -95,7 +95,8 @@ class GrammarCompiler:
 
     def __init__(self, tokenizer: Tokenizer, *, cache_size: int = CACHE_SIZE,
                  timeout: float = COMPILE_TIMEOUT_S) -> None:
-        self._compiler = xgr.GrammarCompiler(tokenizer_info(tokenizer), max_threads=1, cache_enabled=False)
+        self._tokenizer = tokenizer
+        self._compiler: xgr.GrammarCompiler | None = None  # built on first use: engines that never constrain skip it
         self._timeout = timeout
         self._cache_size = cache_size
         self._cache: OrderedDict[str, xgr.CompiledGrammar] = OrderedDict()
@@ -133,6 +134,10 @@ class GrammarCompiler:
 
     def _compile(self, constraint: Constraint) -> xgr.CompiledGrammar:
         try:
+            with self._lock:
+                if self._compiler is None:
+                    info = tokenizer_info(self._tokenizer)
+                    self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
             return _compile_with(self._compiler, constraint)
         except Exception as exc:  # xgrammar raises RuntimeError and ValueError subclasses with the reason
             lines = str(exc).strip().splitlines()
