@@ -173,8 +173,8 @@ def _compile_with(compiler: xgr.GrammarCompiler, constraint: Constraint) -> xgr.
 
 
 def tokenizer_info(tokenizer: Tokenizer) -> xgr.TokenizerInfo:
-    """xgrammar's view of the vocabulary: byte-level spellings, special tokens blanked so no grammar admits
+    """xgrammar's view of the vocabulary: each token's raw bytes, special tokens empty so no grammar admits
     them as text, and the tokenizer's end-of-turn ids as the grammar's stop tokens."""
-    vocab = tokenizer.byte_level_vocab()
-    return xgr.TokenizerInfo(vocab, xgr.VocabType.BYTE_LEVEL, vocab_size=len(vocab),
+    vocab = tokenizer.token_bytes()
+    return xgr.TokenizerInfo(vocab, xgr.VocabType.RAW, vocab_size=len(vocab),
                              stop_token_ids=sorted(tokenizer.eos_token_ids))
