@@ -84,6 +84,12 @@ class GrammarState:
         """Advance by the sampled token; False if the grammar refuses it (the mask should have prevented it)."""
         return bool(self._matcher.accept_token(token_id))
 
+    def fork(self) -> GrammarState:
+        """An independent copy at the same position (for choices that share a prompt, such as n > 1)."""
+        copy = GrammarState.__new__(GrammarState)
+        copy._matcher = self._matcher.fork()
+        return copy
+
     @property
     def is_terminated(self) -> bool:
         """The grammar is complete and accepted its stop token: nothing more may follow."""

@@ -67,6 +67,14 @@ def test_each_constrained_row_gets_its_own_grammar(loaded_model: LoadedModel, gr
     assert "yes" in {tok.decode([t]) for t in torch.isfinite(logits[1]).nonzero().flatten().tolist()}
 
 
+def test_a_forked_grammar_state_advances_independently(loaded_model: LoadedModel, grammars: Any) -> None:
+    tok = loaded_model.tokenizer
+    original = grammars.state_for(YES_NO)
+    fork = original.fork()
+    assert original.accept(tok.encode("yes", add_special_tokens=False)[0])
+    assert fork.accept(tok.encode("no", add_special_tokens=False)[0])
+
+
 def test_a_schema_is_compiled_once_and_cached(grammars: Any) -> None:
     constraint = Constraint(ConstraintKind.JSON_SCHEMA, json.dumps(PERSON), "response_format")
     assert grammars.compiled(constraint) is grammars.compiled(constraint)
