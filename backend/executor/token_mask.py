@@ -15,8 +15,11 @@ import xgrammar
 from backend.executor.batch import StepSequence
 
 
-def apply_token_constraints(logits: torch.Tensor, seqs: Sequence[StepSequence]) -> None:
-    """Set to -inf, in place, every logit a constrained row's grammar forbids; unconstrained rows are untouched."""
+def apply_token_constraints(logits: torch.Tensor, seqs: Sequence[StepSequence], eos_token_ids: Sequence[int]) -> None:
+    """Set to -inf, in place, every logit a constrained row's grammar forbids; unconstrained rows are untouched.
+
+    A grammar that allows no token at all (`root ::= root` never completes) gets its row's EOS instead: an
+    all -inf row would make sampling fail for the whole batch."""
     rows = [row for row, seq in enumerate(seqs) if seq.constraint is not None]
     if not rows:
         return
@@ -26,4 +29,12 @@ def apply_token_constraints(logits: torch.Tensor, seqs: Sequence[StepSequence]) 
         constraint = seqs[row].constraint
         assert constraint is not None
         constraint.fill_next_token_bitmask(bitmask, row)
+        if not bitmask[row].any():
+            for token in eos_token_ids:
+                bitmask[row, token // 32] |= _bit(token % 32)
     xgrammar.apply_token_bitmask_inplace(logits, bitmask.to(logits.device, non_blocking=True), indices=rows)
+
+
+def _bit(j: int) -> int:
+    """Bit j of an int32 word as a signed value (bit 31 is the sign bit)."""
+    return -(2**31) if j == 31 else 1 << j

@@ -60,7 +60,7 @@ def xgrammar_step(tok: Tokenizer, batch: int, ids: list[int]) -> dict[str, float
     for token in ids:
         fill_ms += cpu_ms(lambda: [s.constraint.fill_next_token_bitmask(bitmask, i)  # type: ignore[union-attr]
                                    for i, s in enumerate(seqs)])
-        step_ms += cpu_ms(lambda: apply_token_constraints(logits, seqs))  # fill and apply, as the sampler runs it
+        step_ms += cpu_ms(lambda: apply_token_constraints(logits, seqs, sorted(tok.eos_token_ids)))  # fill and apply, as the sampler runs it
         accept_ms += cpu_ms(lambda t=token: [s.constraint.accept(t) for s in seqs])  # type: ignore[union-attr,misc]
     compiler.close()
     return {"compile_ms": compile_ms, "fill_ms": fill_ms / len(ids), "mask_step_ms": step_ms / len(ids),

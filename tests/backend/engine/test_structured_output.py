@@ -51,7 +51,7 @@ def test_mask_step_leaves_only_tokens_the_grammar_allows(loaded_model: LoadedMod
     tok = loaded_model.tokenizer
     logits = torch.randn(2, tok.vocab_size, generator=torch.Generator().manual_seed(0))
     free_row = logits[1].clone()
-    apply_token_constraints(logits, [seq_with(grammars.state_for(YES_NO)), seq_with()])
+    apply_token_constraints(logits, [seq_with(grammars.state_for(YES_NO)), seq_with()], [0])
     allowed = torch.isfinite(logits[0]).nonzero().flatten().tolist()
     assert sorted(tok.decode([t]) for t in allowed) == ["n", "no", "y", "ye", "yes"]
     assert torch.equal(logits[1], free_row)  # an unconstrained row in the same batch is untouched
@@ -61,10 +61,17 @@ def test_each_constrained_row_gets_its_own_grammar(loaded_model: LoadedModel, gr
     tok = loaded_model.tokenizer
     digits = grammars.state_for(Constraint(ConstraintKind.REGEX, "[0-9]{3}", "structured_outputs.regex"))
     logits = torch.zeros(2, tok.vocab_size)
-    apply_token_constraints(logits, [seq_with(digits), seq_with(grammars.state_for(YES_NO))])
+    apply_token_constraints(logits, [seq_with(digits), seq_with(grammars.state_for(YES_NO))], [0])
     first = {tok.decode([t]) for t in torch.isfinite(logits[0]).nonzero().flatten().tolist()}
     assert first and all(text.isdigit() and len(text) <= 3 for text in first)
     assert "yes" in {tok.decode([t]) for t in torch.isfinite(logits[1]).nonzero().flatten().tolist()}
+
+
+def test_a_grammar_that_allows_nothing_leaves_its_row_only_eos(loaded_model: LoadedModel, grammars: Any) -> None:
+    never_ends = grammars.state_for(Constraint(ConstraintKind.GRAMMAR, "root ::= root", "structured_outputs.grammar"))
+    logits = torch.zeros(1, loaded_model.tokenizer.vocab_size)
+    apply_token_constraints(logits, [seq_with(never_ends)], [0, 2])
+    assert torch.isfinite(logits[0]).nonzero().flatten().tolist() == [0, 2]
 
 
 def test_a_forked_grammar_state_advances_independently(loaded_model: LoadedModel, grammars: Any) -> None:
