@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 COMPILE_TIMEOUT_S = 10.0
 CACHE_SIZE = 256
 COMPILE_WORKERS = 2
+MAX_PENDING = 8  # distinct constraints compiling or queued; beyond it new ones are refused at once
 _ANY_OBJECT = '{"type": "object"}'
 _SOURCE_LOCATION = re.compile(r"^\[[\d:]+\] \S+:\d+: ")  # xgrammar's "[12:00:00] file.cc:94: " prefix
 
@@ -67,6 +68,10 @@ class ConstraintError(ValueError):
 
 class CompileTimeout(ConstraintError):
     """Compiling took longer than the deadline; the compile finishes in the background and is cached."""
+
+
+class CompilerBusy(Exception):
+    """Too many distinct constraints are compiling already; the caller should retry later."""
 
 
 class GrammarState:
@@ -124,6 +129,8 @@ class GrammarCompiler:
                 return hit
             future = self._pending.get(key)
             started = future is None
+            if future is None and len(self._pending) >= MAX_PENDING:  # slow schemas must not queue up unbounded
+                raise CompilerBusy(f"{len(self._pending)} output constraints are compiling")
             if future is None:  # one compile per digest, however many requests wait for it
                 future = self._pool.submit(self._compile, constraint)
                 self._pending[key] = future

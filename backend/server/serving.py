@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 
 from backend.engine.errors import EngineOverloaded, InvalidGenerateRequest, QueueTimeout
 from backend.engine.records import Delta, GenerateRequest
-from backend.engine.structured_output import Constraint, ConstraintError, GrammarState
+from backend.engine.structured_output import CompilerBusy, Constraint, ConstraintError, GrammarState
 from backend.server.api_errors import ApiError, internal, invalid, model_not_found, unavailable
 from backend.server.protocol import (
     Endpoint,
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidegate.backend.server")
 T = TypeVar("T")
 LOADING_RETRY_AFTER = 5.0
+COMPILER_RETRY_AFTER = 2.0
 OFF_LOOP_CHARS = 8192
 ROUTES = {Endpoint.CHAT.value: "/v1/chat/completions", Endpoint.COMPLETION.value: "/v1/completions"}
 
@@ -270,6 +271,8 @@ async def grammar_state(engine: Engine, constraint: Constraint | None) -> Gramma
         return await asyncio.to_thread(engine.grammars.state_for, constraint)
     except ConstraintError as exc:
         raise invalid(str(exc), exc.field) from None
+    except CompilerBusy as exc:
+        raise unavailable(f"the server is overloaded: {exc}", COMPILER_RETRY_AFTER, "overloaded") from None
 
 
 def prompt_chars(req: ValidatedRequest) -> int:

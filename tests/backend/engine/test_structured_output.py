@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from typing import Any
 
@@ -15,6 +16,8 @@ from backend.engine.records import Delta, GenerateRequest
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.sequence import Sequence
 from backend.engine.structured_output import (
+    MAX_PENDING,
+    CompilerBusy,
     CompileTimeout,
     Constraint,
     ConstraintError,
@@ -104,6 +107,22 @@ def test_a_slow_compile_is_refused_within_its_deadline(loaded_model: LoadedModel
     finally:
         compiler.close()
     assert time.monotonic() - started < 1.0
+
+
+def test_distinct_constraints_beyond_the_pending_bound_are_refused_at_once(loaded_model: LoadedModel) -> None:
+    compiler = GrammarCompiler(loaded_model.tokenizer, timeout=0.0)
+    stuck = threading.Event()
+    real_compile = compiler._compile
+    compiler._compile = lambda c: stuck.wait() and real_compile(c)  # type: ignore[method-assign]
+    try:
+        for i in range(MAX_PENDING):  # each times out at once and stays pending
+            with pytest.raises(CompileTimeout):
+                compiler.state_for(Constraint(ConstraintKind.REGEX, f"[a-z]{{{i + 1}}}", "guided_regex"))
+        with pytest.raises(CompilerBusy):
+            compiler.state_for(Constraint(ConstraintKind.REGEX, "x", "guided_regex"))
+    finally:
+        stuck.set()
+        compiler.close()
 
 
 def test_constrained_generation_follows_the_schema_and_stops(make_engine: Any) -> None:
