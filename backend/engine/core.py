@@ -22,6 +22,7 @@ from backend.engine.records import Completion, Delta, EngineStats, GenerateReque
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.scheduler import Scheduler
 from backend.engine.sequence import FinishReason, Sequence, SequenceStatus
+from backend.engine.structured_output import GrammarCompiler
 from backend.executor.runner import ModelRunner, kv_block_bytes
 from backend.executor.sampler import Sampler
 from backend.loading.loader import LoadedModel, load_model
@@ -70,6 +71,7 @@ class Engine:
             )
         )
         self.sampler = Sampler(self.tokenizer.eos_token_ids)
+        self.grammars = GrammarCompiler(self.tokenizer)
         self._eos = frozenset(self.tokenizer.eos_token_ids)
         self._lock = threading.Condition()  # guards the scheduler, the pool, _seqs and _outputs
         # Held while outputs are detokenized and delivered, outside _lock; taken before _lock, never after.
@@ -97,6 +99,7 @@ class Engine:
             self._lock.notify_all()
 
         self._process_outputs(then=stop)
+        self.grammars.close()
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
@@ -231,6 +234,7 @@ class Engine:
             priority=request.priority,
             cache_salt=request.cache_salt,
         )
+        seq.constraint = request.constraint
         seq.output = TextOutput(
             IncrementalDetokenizer(self.tokenizer, request.prompt_token_ids), request.params.stop
         )
@@ -268,6 +272,9 @@ class Engine:
             seq.timings.first_token = now
         seq.timings.token_times.append(now)
         reason = finish_reason(seq, token_id, self._eos)
+        constraint = seq.constraint
+        if constraint is not None and (not constraint.accept(token_id) or constraint.is_terminated):
+            reason = FinishReason.STOP  # the grammar is complete (a refused token cannot pass the mask)
         if reason is not None:
             self._finish_locked(seq, reason)
         self._outputs.append((seq, token_id))

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.sequence import RequestTimings
+
+if TYPE_CHECKING:
+    from backend.engine.structured_output import GrammarState
 
 
 @dataclass(slots=True)
@@ -17,6 +21,7 @@ class GenerateRequest:
     params: SamplingParams
     priority: int = 0  # lower value = more important; orders admission and preemption
     cache_salt: str | None = None  # extra prefix-cache key for tenant isolation
+    constraint: GrammarState | None = None  # structured output: from Engine.grammars.state_for, one per request
 
 
 @dataclass(slots=True)

@@ -14,6 +14,8 @@ from backend.engine.sampling_params import SamplingParams
 if TYPE_CHECKING:
     import torch
 
+    from backend.engine.structured_output import GrammarState
+
 
 class SequenceStatus(Enum):
     WAITING = "waiting"
@@ -51,6 +53,7 @@ class Sequence:
         "block_hashes",
         "block_table",
         "cache_salt",
+        "constraint",
         "finish_reason",
         "generator",
         "num_cached_tokens",
@@ -92,6 +95,7 @@ class Sequence:
         self.timings = RequestTimings(queued=time.monotonic())
         self.queue_deadline: float | None = None  # monotonic time by which it must have started
         self.generator: torch.Generator | None = None
+        self.constraint: GrammarState | None = None  # structured output: the grammar its tokens must follow
         self.output: Any = None  # the engine's text/stop state for this request
         self.sink: Callable[[Any], None] | None = None  # where the engine delivers deltas
 

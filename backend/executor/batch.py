@@ -31,6 +31,12 @@ class SamplingOptions(Protocol):
     def stop_token_ids(self) -> list[int]: ...
 
 
+class TokenConstraint(Protocol):
+    """A sequence's grammar, as the mask step reads it (see backend.executor.token_mask)."""
+
+    def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int) -> None: ...
+
+
 class StepSequence(Protocol):
     """One sequence in a step: its tokens, how many have KV, its block table, how it samples."""
 
@@ -48,6 +54,8 @@ class StepSequence(Protocol):
     def block_table(self) -> list[int]: ...
     @property
     def params(self) -> SamplingOptions: ...
+    @property
+    def constraint(self) -> TokenConstraint | None: ...
 
 
 class StepBatch(Protocol):

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from backend.executor.batch import SamplingOptions, StepSequence
+from backend.executor.token_mask import apply_token_constraints
 
 
 class Sampler:
@@ -21,6 +22,7 @@ class Sampler:
         if not seqs:
             return []
         self._mask_early_stops(logits, seqs)
+        apply_token_constraints(logits, seqs, self.eos_token_ids)
         tokens = logits.argmax(dim=-1).tolist()
         for row, seq in enumerate(seqs):
             if not seq.params.greedy:

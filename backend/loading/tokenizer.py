@@ -9,7 +9,7 @@ from typing import Any
 from tokenizers import Tokenizer as _HFTokenizer
 
 from backend.loading.chat_template import ChatTemplate
-from backend.loading.gguf_tokenizer import build_gguf_tokenizer
+from backend.loading.gguf_tokenizer import build_gguf_tokenizer, byte_alphabet
 
 # Tokens that end a turn in common chat formats: generation stops on them as on EOS (as llama.cpp does).
 _END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<|end|>", "<end_of_turn>", "</s>")
@@ -94,6 +94,28 @@ class Tokenizer:
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._backend.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def token_bytes(self) -> list[bytes]:
+        """Every id's bytes as it adds them to decoded text, with special tokens as b"" (they are never text).
+
+        Byte-level vocabularies (GPT-2's alphabet) map back through it; SentencePiece ones spell a space `▁`
+        and bytes `<0xHH>`."""
+        backend = self._backend
+        special = {i for i, t in backend.get_added_tokens_decoder().items() if t.special}
+        byte_level = "ByteLevel" in json.dumps(json.loads(backend.to_str()).get("decoder"))
+        to_byte = {c: b for b, c in byte_alphabet().items()}
+        out = []
+        for i in range(self.vocab_size):
+            token = backend.id_to_token(i)
+            if i in special or token is None:
+                out.append(b"")
+            elif byte_level and all(c in to_byte for c in token):
+                out.append(bytes(to_byte[c] for c in token))
+            elif len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
+                out.append(bytes([int(token[3:5], 16)]))
+            else:
+                out.append(token.replace("\u2581", " ").encode())
+        return out
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         """The prompt text for a conversation; raises ChatTemplateError if the model has no template or refuses."""

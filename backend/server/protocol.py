@@ -12,7 +12,10 @@ from enum import Enum
 from typing import Any
 
 from backend.engine.sampling_params import SamplingParams
+from backend.engine.structured_output import Constraint
 from backend.server.api_errors import invalid, unsupported
+from backend.server.constraints import parse_constraint
+from backend.server.tools import ToolRequest, chat_message, parse_tools
 from tidegate.request_body import decode_json
 
 # Roles the chat template understands; `developer` is OpenAI's newer name for `system`.
@@ -33,7 +36,7 @@ class ValidatedRequest:
     endpoint: Endpoint
     model: str
     prompt: str | list[int] | None = None
-    messages: list[dict[str, str]] | None = None
+    messages: list[dict[str, Any]] | None = None
     stream: bool = False
     include_usage: bool = False
     max_tokens: int | None = None
@@ -47,6 +50,13 @@ class ValidatedRequest:
     ignore_eos: bool = False
     priority: int = 0
     cache_salt: str | None = None
+    constraint: Constraint | None = None  # structured output (response_format, structured_outputs, guided_*)
+    tools: ToolRequest | None = None
+
+    @property
+    def output_constraint(self) -> Constraint | None:
+        """What the output must match: a forced tool call's grammar, else the request's own constraint."""
+        return self.tools.constraint() if self.tools is not None and self.tools.forced else self.constraint
 
     def sampling_params(self, max_tokens: int) -> SamplingParams:
         try:
@@ -103,6 +113,7 @@ def parse_request(body: dict[str, Any], endpoint: Endpoint) -> ValidatedRequest:
     req.ignore_eos = _bool(body, "ignore_eos")
     req.priority = _int(body, "priority", lo=-MAX_PRIORITY, hi=MAX_PRIORITY) or 0
     req.cache_salt = _str_or_none(body, "cache_salt")
+    _structured_fields(req, body)
     _str_or_none(body, "user")  # accepted for tracing by the caller; only its type matters here
     return req
 
@@ -138,8 +149,8 @@ def resolve_max_tokens(req: ValidatedRequest, prompt_len: int, max_model_len: in
 _NEUTRAL: dict[str, tuple[Any, ...]] = {
     "logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False), "suffix": (None, ""),
     "best_of": (None, 1), "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0),
-    "repetition_penalty": (None, 1, 1.0), "logit_bias": (None, {}), "tools": (None, []),
-    "functions": (None, []), "tool_choice": (None, "none", "auto"), "function_call": (None, "none", "auto"),
+    "repetition_penalty": (None, 1, 1.0), "logit_bias": (None, {}),
+    "functions": (None, []), "function_call": (None, "none", "auto"),
     "prompt_logprobs": (None, 0),
 }
 
@@ -155,9 +166,18 @@ def _refuse_unsupported(body: dict[str, Any], endpoint: Endpoint) -> None:
         value = body.get(name)
         if not _is_neutral(value, neutral):
             raise unsupported(name, f"= {json.dumps(value)[:80]}")
-    fmt = body.get("response_format")
-    if fmt is not None and fmt != {"type": "text"}:
-        raise unsupported("response_format", "other than {\"type\": \"text\"}")
+    if endpoint is Endpoint.COMPLETION and body.get("tools") not in (None, []):
+        raise unsupported("tools", "on /v1/completions (use /v1/chat/completions)")
+
+
+def _structured_fields(req: ValidatedRequest, body: dict[str, Any]) -> None:
+    req.constraint = parse_constraint(body)
+    req.tools = parse_tools(body) if req.endpoint is Endpoint.CHAT else None
+    if req.tools is not None and req.tools.forced and req.constraint is not None:
+        raise invalid(f"`{req.constraint.field}` cannot be combined with `tool_choice` {req.tools.choice}",
+                      req.constraint.field)
+    if req.output_constraint is not None and req.min_tokens:
+        raise invalid("`min_tokens` cannot be combined with an output constraint", "min_tokens")
 
 
 def _is_neutral(value: Any, neutral: tuple[Any, ...]) -> bool:
@@ -168,7 +188,7 @@ def _is_neutral(value: Any, neutral: tuple[Any, ...]) -> bool:
     return any(n is not None and not isinstance(n, bool) and value == n for n in neutral)
 
 
-def _messages(value: Any) -> list[dict[str, str]]:
+def _messages(value: Any) -> list[dict[str, Any]]:
     if not isinstance(value, list):
         raise invalid("`messages` is required and must be a list of messages", "messages")
     if not value:
@@ -179,8 +199,11 @@ def _messages(value: Any) -> list[dict[str, str]]:
         if not isinstance(msg, dict):
             raise invalid(f"`{where}` must be an object with `role` and `content`", where)
         role = msg.get("role")
+        if role == "tool" or (role == "assistant" and msg.get("tool_calls") is not None):
+            out.append(chat_message(msg, where))
+            continue
         if not isinstance(role, str) or role not in ROLES:
-            known = ", ".join(sorted(ROLES))
+            known = ", ".join(sorted([*ROLES, "tool"]))
             raise invalid(f"`{where}.role` must be one of {known}; got {role!r}", f"{where}.role")
         out.append({"role": ROLES[role], "content": _content(msg.get("content"), role, where)})
     return out

@@ -30,11 +30,16 @@ class ResponseBuilder:
         prefix = "chatcmpl-" if self.endpoint is Endpoint.CHAT else "cmpl-"
         return prefix + self.request_hex
 
-    def response(self, text: str, finish_reason: str, usage_body: dict[str, Any]) -> dict[str, Any]:
-        """The non-streaming body."""
+    def response(self, text: str | None, finish_reason: str, usage_body: dict[str, Any],
+                 tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The non-streaming body; a chat answer with `tool_calls` ends with finish_reason "tool_calls"."""
         if self.endpoint is Endpoint.CHAT:
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                      "logprobs": None, "finish_reason": finish_reason}
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if tool_calls:
+                message["tool_calls"] = tool_calls
+                finish_reason = "tool_calls" if finish_reason == "stop" else finish_reason
+            choice: dict[str, Any] = {"index": 0, "message": message, "logprobs": None,
+                                      "finish_reason": finish_reason}
             obj = "chat.completion"
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
@@ -52,6 +57,10 @@ class ResponseBuilder:
         if self.endpoint is Endpoint.CHAT:
             return self._chunk({"content": text} if text else {}, finish_reason)
         return self._chunk(text, finish_reason)
+
+    def tool_call_chunks(self, tool_calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One chunk per call, as OpenAI streams them: the call's index, id, type, name and arguments."""
+        return [self._chunk({"tool_calls": [{"index": i, **call}]}, None) for i, call in enumerate(tool_calls)]
 
     def usage_chunk(self, usage_body: dict[str, Any]) -> dict[str, Any]:
         """The `include_usage` chunk: empty choices, the usage of the whole request."""

@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 
 from backend.engine.errors import EngineOverloaded, InvalidGenerateRequest, QueueTimeout
 from backend.engine.records import Delta, GenerateRequest
+from backend.engine.structured_output import CompilerBusy, Constraint, ConstraintError, GrammarState
 from backend.server.api_errors import ApiError, internal, invalid, model_not_found, unavailable
 from backend.server.protocol import (
     Endpoint,
@@ -29,6 +30,7 @@ from backend.server.protocol import (
 )
 from backend.server.request_log import CLIENT_GONE, RequestLogLine
 from backend.server.responses import ResponseBuilder, usage
+from backend.server.tools import ToolStream, parse_calls, render_chat
 from tidegate.event_stream import (
     DONE_EVENT,
     EventStreamResponse,
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidegate.backend.server")
 T = TypeVar("T")
 LOADING_RETRY_AFTER = 5.0
+COMPILER_RETRY_AFTER = 2.0
 OFF_LOOP_CHARS = 8192
 ROUTES = {Endpoint.CHAT.value: "/v1/chat/completions", Endpoint.COMPLETION.value: "/v1/completions"}
 
@@ -111,27 +114,30 @@ class OpenAIServing:
         builder = ResponseBuilder(endpoint, uuid.uuid4().hex, self.served_model, req.include_usage)
         record.response_id = builder.id
         gen = GenerateRequest(request_id=builder.request_hex, prompt_token_ids=prompt_ids, params=params,
-                              priority=req.priority, cache_salt=req.cache_salt)
+                              priority=req.priority, cache_salt=req.cache_salt,
+                              constraint=await grammar_state(engine, req.output_constraint))
         record.prompt_tokens = len(prompt_ids)
         deltas = engine.generate(gen)
         try:
             first = await self._until_disconnect(request, anext(deltas), gen.request_id)
         except (EngineOverloaded, QueueTimeout, InvalidGenerateRequest) as exc:
             raise self._engine_refusal(exc) from None
+        tool_stream = ToolStream(req.tools) if req.tools is not None else None
         if req.stream:
-            return EventStreamResponse(self._events(first, deltas, builder, record))
+            return EventStreamResponse(self._events(first, deltas, builder, record, tool_stream))
         text, last = await self._until_disconnect(request, self._collect(first, deltas, record), gen.request_id)
         self._finished(record, last)
         if last.finish_reason == "abort":  # the client is still here, so the engine gave up (a failed step)
             raise EngineAborted
         assert last.finish_reason is not None
-        return JSONResponse(builder.response(text, last.finish_reason, usage_of(last)))
+        content, calls = parse_calls(text, req.tools) if req.tools is not None else (text, [])
+        return JSONResponse(builder.response(content, last.finish_reason, usage_of(last), calls))
 
     def _prompt_ids(self, engine: Engine, req: ValidatedRequest) -> list[int]:
         tok = engine.tokenizer
         if req.messages is not None:
             try:
-                text = tok.apply_chat_template(req.messages, add_generation_prompt=True)
+                text = render_chat(tok, req.messages, req.tools)
             except Exception as exc:  # a template may reject an order of roles it does not support
                 raise invalid(f"the chat template rejected `messages`: {exc}", "messages") from None
             return tok.encode(text, add_special_tokens=False)  # the template already placed special tokens
@@ -169,7 +175,7 @@ class OpenAIServing:
             delta = await anext(deltas)
 
     async def _events(self, first: Delta, deltas: AsyncIterator[Delta], builder: ResponseBuilder,
-                      record: RequestLogLine) -> AsyncGenerator[bytes, None]:
+                      record: RequestLogLine, tool_stream: ToolStream | None) -> AsyncGenerator[bytes, None]:
         """The SSE body; its `finally` runs on every exit, including the client's disconnect."""
         last: Delta | None = None
         try:
@@ -179,8 +185,9 @@ class OpenAIServing:
             while True:
                 if delta.token_ids:
                     record.token_seen()
-                if delta.text:
-                    yield json_event(builder.text_chunk(delta.text))
+                text = tool_stream.push(delta.text) if tool_stream is not None else delta.text
+                if text:
+                    yield json_event(builder.text_chunk(text))
                 if delta.finish_reason == "abort":
                     raise EngineAborted
                 if delta.finish_reason is not None:
@@ -193,7 +200,15 @@ class OpenAIServing:
                     record.failed(err.status, err.message)
                     yield error_event(err)
                     return
-            yield json_event(builder.text_chunk("", last.finish_reason))
+            finish_reason = last.finish_reason
+            if tool_stream is not None:  # the held tail: content, or the calls it holds
+                held, calls = tool_stream.finish()
+                if held:
+                    yield json_event(builder.text_chunk(held))
+                for chunk in builder.tool_call_chunks(calls):
+                    yield json_event(chunk)
+                finish_reason = "tool_calls" if calls and finish_reason == "stop" else finish_reason
+            yield json_event(builder.text_chunk("", finish_reason))
             if builder.include_usage:
                 yield json_event(builder.usage_chunk(usage_of(last)))
             yield DONE_EVENT
@@ -246,6 +261,18 @@ class OpenAIServing:
     def _abort(self, request_id: str) -> None:
         if self.engine is not None:
             self.engine.abort(request_id)
+
+
+async def grammar_state(engine: Engine, constraint: Constraint | None) -> GrammarState | None:
+    """A fresh matcher for the request's constraint, compiled (or found in the cache) off the event loop."""
+    if constraint is None:
+        return None
+    try:
+        return await asyncio.to_thread(engine.grammars.state_for, constraint)
+    except ConstraintError as exc:
+        raise invalid(str(exc), exc.field) from None
+    except CompilerBusy as exc:
+        raise unavailable(f"the server is overloaded: {exc}", COMPILER_RETRY_AFTER, "overloaded") from None
 
 
 def prompt_chars(req: ValidatedRequest) -> int:

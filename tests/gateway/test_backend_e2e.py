@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import json
 from typing import Any
 
 import httpx
@@ -99,3 +100,31 @@ async def test_a_client_that_leaves_an_assembled_answer_aborts_the_backends_gene
     # 2000 tokens would take minutes on a CPU; the abort comes as soon as the gateway closes its upstream call
     await wait_until_async(aborted_once, timeout=30, what="the backend aborting the abandoned generation")
     assert await backend("tidegate_backend_num_requests_running") == 0
+
+
+async def test_structured_output_and_tool_calls_pass_through_the_gateway_unchanged(
+        backend_url: str, backend_gateway: GatewayHarness) -> None:
+    _, secret = await backend_gateway.key()
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 16}}, "required": ["city"],
+        "additionalProperties": False}}}
+    tool_body = {"model": "smollm2", "messages": [{"role": "user", "content": "Weather in Paris?"}],
+                 "max_tokens": 48, "temperature": 0, "tools": [weather], "tool_choice": "required",
+                 "parallel_tool_calls": False}
+    schema_body = {"model": "smollm2", "messages": [{"role": "user", "content": "Is water wet?"}],
+                   "max_tokens": 16, "temperature": 0, "response_format": {
+                       "type": "json_schema", "json_schema": {"name": "a", "schema": {
+                           "type": "object", "properties": {"answer": {"enum": ["yes", "no"]}},
+                           "required": ["answer"], "additionalProperties": False}}}}
+    auth = {"authorization": f"Bearer {secret}"}
+    async with httpx.AsyncClient(timeout=120) as http:
+        direct, via = await asyncio.gather(
+            http.post(backend_url + "/chat/completions", json=tool_body),
+            http.post(backend_gateway.url + "/v1/chat/completions", json=tool_body, headers=auth))
+        constrained = await http.post(backend_gateway.url + "/v1/chat/completions", json=schema_body, headers=auth)
+    assert via.status_code == 200, via.text
+    direct_choice, via_choice = direct.json()["choices"][0], via.json()["choices"][0]
+    assert via_choice["finish_reason"] == direct_choice["finish_reason"] == "tool_calls"
+    assert [c["function"] for c in via_choice["message"]["tool_calls"]] == [
+        c["function"] for c in direct_choice["message"]["tool_calls"]]
+    assert json.loads(constrained.json()["choices"][0]["message"]["content"])["answer"] in ("yes", "no")

@@ -140,3 +140,19 @@ def test_hf_folder_tokenizer_reads_template_and_special_tokens(tmp_path: Path, o
     assert tok.eos_token_id == 1 and 1 in tok.eos_token_ids
     assert tok.apply_chat_template([{"role": "user", "content": "ab"}]) == "<s>ab"
     assert tok.decode([0, 4, 1]) == "ab"
+
+
+@pytest.mark.parametrize("text", ["Hello, world!", "naïve café ✓ 🙂", "  two  spaces\nand a line"])
+def test_token_bytes_spell_the_text_the_ids_decode_to(ours: Tokenizer, text: str) -> None:
+    spelled = ours.token_bytes()
+    assert b"".join(spelled[i] for i in ours.encode(text, add_special_tokens=False)) == text.encode()
+    assert all(spelled[i] == b"" for i in ours.eos_token_ids)  # special tokens are never text
+
+
+def test_sentencepiece_token_bytes_map_the_space_mark_and_byte_tokens(tmp_path: Path) -> None:
+    vocab = {"<unk>": 0, "▁a": 1, "b": 2, "<0x0A>": 3}
+    backend = HFTokenizer(BPE(vocab=vocab, merges=[]))
+    backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback()])
+    backend.save(str(tmp_path / "tokenizer.json"))
+    tok = Tokenizer.from_hf_folder(tmp_path, max_context=128)
+    assert tok.token_bytes()[1:] == [b" a", b"b", b"\n"]

@@ -66,7 +66,15 @@ def test_completion_prompt_forms(prompt: Any, expected: Any) -> None:
     (chat(messages="hi"), "messages"),
     ({"model": "smollm2"}, "messages"),
     (chat(messages=[{"role": "wizard", "content": "x"}]), "messages[0].role"),
-    (chat(messages=[{"role": "tool", "content": "x"}]), "messages[0].role"),
+    (chat(messages=[{"role": "tool", "content": 5}]), "messages[0].content"),
+    (chat(messages=[{"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]}]), "messages[0].tool_calls"),
+    (chat(tools=[{"type": "function"}]), "tools[0]"),
+    (chat(tool_choice="required"), "tool_choice"),
+    (chat(response_format={"type": "xml"}), "response_format.type"),
+    (chat(response_format={"type": "json_schema", "json_schema": {"schema": {}}}), "response_format.json_schema.name"),
+    (chat(structured_outputs={"regex": "a", "choice": ["b"]}), "structured_outputs"),
+    (chat(guided_choice=[]), "guided_choice"),
+    (chat(guided_regex="a", response_format={"type": "json_object"}), "guided_regex"),
     (chat(messages=[{"content": "x"}]), "messages[0].role"),
     (chat(messages=["hi"]), "messages[0]"),
     (chat(messages=[{"role": "user", "content": 5}]), "messages[0].content"),
@@ -112,8 +120,7 @@ def test_malformed_fields_are_400s_naming_the_param(body: dict[str, Any], param:
 
 @pytest.mark.parametrize("field, value", [
     ("n", 2), ("logprobs", True), ("top_logprobs", 3), ("presence_penalty", 0.5), ("frequency_penalty", -1),
-    ("logit_bias", {"1": 5}), ("tools", [{"type": "function"}]), ("response_format", {"type": "json_object"}),
-    ("tool_choice", "required"),
+    ("logit_bias", {"1": 5}), ("functions", [{"name": "f"}]),
 ])
 def test_unsupported_features_are_refused_by_name(field: str, value: Any) -> None:
     err = refused(chat(**{field: value}))

@@ -1,0 +1,142 @@
+"""Structured output at the engine level: the step's mask, compiling and its cache, constrained generation."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import Any
+
+import jsonschema
+import pytest
+import torch
+
+from backend.engine.records import Delta, GenerateRequest
+from backend.engine.sampling_params import SamplingParams
+from backend.engine.sequence import Sequence
+from backend.engine.structured_output import (
+    MAX_PENDING,
+    CompilerBusy,
+    CompileTimeout,
+    Constraint,
+    ConstraintError,
+    ConstraintKind,
+    GrammarCompiler,
+)
+from backend.executor.token_mask import apply_token_constraints
+from backend.loading.loader import LoadedModel
+from tests.backend import engine_fixtures
+
+loaded_model = engine_fixtures.loaded_model
+make_engine = engine_fixtures.make_engine
+
+YES_NO = Constraint(ConstraintKind.CHOICE, json.dumps(["yes", "no"]), "structured_outputs.choice")
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                           "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+          "required": ["name", "age"], "additionalProperties": False}
+
+
+@pytest.fixture(scope="module")
+def grammars(loaded_model: LoadedModel) -> Any:
+    compiler = GrammarCompiler(loaded_model.tokenizer)
+    yield compiler
+    compiler.close()
+
+
+def seq_with(constraint: Any = None) -> Sequence:
+    seq = Sequence("r", [1, 2, 3], SamplingParams(temperature=0.0))
+    seq.constraint = constraint
+    return seq
+
+
+def test_mask_step_leaves_only_tokens_the_grammar_allows(loaded_model: LoadedModel, grammars: Any) -> None:
+    tok = loaded_model.tokenizer
+    logits = torch.randn(2, tok.vocab_size, generator=torch.Generator().manual_seed(0))
+    free_row = logits[1].clone()
+    apply_token_constraints(logits, [seq_with(grammars.state_for(YES_NO)), seq_with()], [0])
+    allowed = torch.isfinite(logits[0]).nonzero().flatten().tolist()
+    assert sorted(tok.decode([t]) for t in allowed) == ["n", "no", "y", "ye", "yes"]
+    assert torch.equal(logits[1], free_row)  # an unconstrained row in the same batch is untouched
+
+
+def test_each_constrained_row_gets_its_own_grammar(loaded_model: LoadedModel, grammars: Any) -> None:
+    tok = loaded_model.tokenizer
+    digits = grammars.state_for(Constraint(ConstraintKind.REGEX, "[0-9]{3}", "structured_outputs.regex"))
+    logits = torch.zeros(2, tok.vocab_size)
+    apply_token_constraints(logits, [seq_with(digits), seq_with(grammars.state_for(YES_NO))], [0])
+    first = {tok.decode([t]) for t in torch.isfinite(logits[0]).nonzero().flatten().tolist()}
+    assert first and all(text.isdigit() and len(text) <= 3 for text in first)
+    assert "yes" in {tok.decode([t]) for t in torch.isfinite(logits[1]).nonzero().flatten().tolist()}
+
+
+def test_a_grammar_that_allows_nothing_leaves_its_row_only_eos(loaded_model: LoadedModel, grammars: Any) -> None:
+    never_ends = grammars.state_for(Constraint(ConstraintKind.GRAMMAR, "root ::= root", "structured_outputs.grammar"))
+    logits = torch.zeros(1, loaded_model.tokenizer.vocab_size)
+    apply_token_constraints(logits, [seq_with(never_ends)], [0, 2])
+    assert torch.isfinite(logits[0]).nonzero().flatten().tolist() == [0, 2]
+
+
+def test_a_forked_grammar_state_advances_independently(loaded_model: LoadedModel, grammars: Any) -> None:
+    tok = loaded_model.tokenizer
+    original = grammars.state_for(YES_NO)
+    fork = original.fork()
+    assert original.accept(tok.encode("yes", add_special_tokens=False)[0])
+    assert fork.accept(tok.encode("no", add_special_tokens=False)[0])
+
+
+def test_a_schema_is_compiled_once_and_cached(grammars: Any) -> None:
+    constraint = Constraint(ConstraintKind.JSON_SCHEMA, json.dumps(PERSON), "response_format")
+    assert grammars.compiled(constraint) is grammars.compiled(constraint)
+
+
+def test_a_schema_that_cannot_compile_names_its_field(grammars: Any) -> None:
+    bad = Constraint(ConstraintKind.JSON_SCHEMA, '{"type": "bogus"}', "response_format.json_schema.schema")
+    with pytest.raises(ConstraintError) as caught:
+        grammars.state_for(bad)
+    assert caught.value.field == "response_format.json_schema.schema"
+    assert "bogus" in str(caught.value)
+
+
+def test_a_slow_compile_is_refused_within_its_deadline(loaded_model: LoadedModel) -> None:
+    compiler = GrammarCompiler(loaded_model.tokenizer, timeout=0.0)
+    started = time.monotonic()
+    try:
+        with pytest.raises(CompileTimeout):
+            compiler.state_for(Constraint(ConstraintKind.JSON_SCHEMA, json.dumps(PERSON), "response_format"))
+    finally:
+        compiler.close()
+    assert time.monotonic() - started < 1.0
+
+
+def test_distinct_constraints_beyond_the_pending_bound_are_refused_at_once(loaded_model: LoadedModel) -> None:
+    compiler = GrammarCompiler(loaded_model.tokenizer, timeout=0.0)
+    stuck = threading.Event()
+    real_compile = compiler._compile
+    compiler._compile = lambda c: stuck.wait() and real_compile(c)  # type: ignore[method-assign]
+    try:
+        for i in range(MAX_PENDING):  # each times out at once and stays pending
+            with pytest.raises(CompileTimeout):
+                compiler.state_for(Constraint(ConstraintKind.REGEX, f"[a-z]{{{i + 1}}}", "guided_regex"))
+        with pytest.raises(CompilerBusy):
+            compiler.state_for(Constraint(ConstraintKind.REGEX, "x", "guided_regex"))
+    finally:
+        stuck.set()
+        compiler.close()
+
+
+def test_constrained_generation_follows_the_schema_and_stops(make_engine: Any) -> None:
+    engine = make_engine()
+    engine.start()
+    tok = engine.tokenizer
+    prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": "Describe a person as JSON."}]))
+    constraint = engine.grammars.state_for(
+        Constraint(ConstraintKind.JSON_SCHEMA, json.dumps(PERSON), "response_format"))
+    request = GenerateRequest("s1", prompt, SamplingParams(max_tokens=48, temperature=0.0), constraint=constraint)
+
+    async def run() -> list[Delta]:
+        return [d async for d in engine.generate(request)]
+
+    deltas = asyncio.run(run())
+    assert deltas[-1].finish_reason == "stop"
+    jsonschema.validate(json.loads("".join(d.text for d in deltas)), PERSON)
