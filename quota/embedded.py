@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from config.stores import StoreSettings
 from quota.admin import QuotaAdmin
 from quota.local_admission import Charge, LocalAdmission
+from quota.money import Spend
+from quota.money_admin import MoneyAdmin
+from quota.quotes import Quoter, settled_cost
 from quota.records import Admission, ApiKey, KeyInfo, Level, Reservation
 from quota.service import QuotaService, check_counts
 from quota.sqlite_catalog import SqliteCatalog
@@ -17,15 +22,20 @@ DB_NAME = "tidegate.sqlite3"
 class EmbeddedQuotaService(QuotaService):
     """For one gateway process; several processes need the Redis store to share their counters."""
 
-    def __init__(self, settings: StoreSettings) -> None:
+    def __init__(self, settings: StoreSettings, clock: Callable[[], float] = time.time) -> None:
+        """`clock` is for tests of calendar boundaries; the gateway always runs on the real one."""
         super().__init__(settings.auth_cache_ttl)
         self._catalog = SqliteCatalog(settings.resolved_data_dir() / DB_NAME)
-        self._local = LocalAdmission(settings.lease_ttl, seed=self._catalog.tokens_used)
+        self._local = LocalAdmission(settings.lease_ttl, seed=self._catalog.tokens_used, clock=clock)
+        self._local.money.balances.update(self._catalog.balances())
         self._charges: dict[str, list[Charge]] = {}
         self.admin = QuotaAdmin(self._catalog, on_change=self._forget)
+        self.money = MoneyAdmin(self._catalog, self.admin, on_top_up=self._local.top_up, clock=clock)
+        self._quoter = Quoter(self.admin, self._catalog.list_prices, settings.auth_cache_ttl, clock)
 
     def _forget(self) -> None:
         self._charges.clear()
+        self._quoter.forget()
         self._forget_cached()
 
     async def _lookup_key(self, secret_hash: str) -> ApiKey | None:
@@ -38,21 +48,28 @@ class EmbeddedQuotaService(QuotaService):
             self._charges[key.id] = charges
         return charges
 
-    async def admit(self, key: KeyInfo, *, model: str, estimated_tokens: int, request_id: str) -> Admission:
-        check_counts(estimated_tokens=estimated_tokens)
+    async def admit(self, key: KeyInfo, *, model: str, estimated_tokens: int, request_id: str,
+                    max_output_tokens: int = 0) -> Admission:
+        check_counts(estimated_tokens=estimated_tokens, max_output_tokens=max_output_tokens)
         charges = await self._charges_of(key)
+        quote = await self._quoter.quote(key.account_id, model, max_output_tokens=max_output_tokens,
+                                         prompt_tokens=max(estimated_tokens - max_output_tokens, 0))
         return self._local.admit(charges, key_id=key.id, model=model, estimated_tokens=estimated_tokens,
-                                 request_id=request_id)
+                                 request_id=request_id, quote=quote)
 
     async def renew(self, reservation: Reservation) -> None:
         self._local.renew(reservation)
 
     async def settle(self, reservation: Reservation, *, prompt_tokens: int, completion_tokens: int,
-                     model: str) -> None:
-        check_counts(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+                     model: str, cached_tokens: int = 0, channel: str | None = None) -> None:
+        check_counts(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cached_tokens=cached_tokens)
         settled = replace(reservation, model=model)
+        cost = settled_cost(reservation, prompt_tokens=prompt_tokens, cached_tokens=cached_tokens,
+                            completion_tokens=completion_tokens, channel=channel)
+        spend = Spend(min(cached_tokens, prompt_tokens), cost, channel or "")
         self._local.settle(reservation, prompt_tokens + completion_tokens,
-                           lambda: self._catalog.record_usage(settled, prompt_tokens, completion_tokens))
+                           lambda: self._catalog.record_usage(settled, prompt_tokens, completion_tokens, spend),
+                           cost=cost)
 
     async def close(self) -> None:
         self._catalog.close()

@@ -19,11 +19,25 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from config.stores import OnRedisDown, StoreSettings
-from limiter import compose
+from limiter import compose, libraries
+from limiter.lua import read_lua
 from quota import redis_keys as rk
 from quota.admin import QuotaAdmin
 from quota.local_admission import Charge, LocalAdmission, reservation_id
-from quota.records import Admission, ApiKey, KeyInfo, Level, LimitName, Quota, RateInfo, Reservation
+from quota.money import Budget, Quote
+from quota.money_admin import MoneyAdmin
+from quota.quotes import Quoter, settled_cost
+from quota.records import (
+    QUOTA_FIELDS,
+    Admission,
+    ApiKey,
+    KeyInfo,
+    Level,
+    LimitName,
+    Quota,
+    RateInfo,
+    Reservation,
+)
 from quota.redis_catalog import RedisCatalog, ledger_field
 from quota.redis_down import local_quota
 from quota.script_batch import PackedKeys, ScriptBatcher
@@ -35,6 +49,12 @@ LIMIT_CODES = [LimitName.rpm, LimitName.tpm, LimitName.concurrency, LimitName.to
 POOL_SIZE = 16
 POOL_WAIT = 5.0  # waiting for a free connection is queueing, not an outage
 MAX_PENDING = 1_000_000  # settlements waiting for Redis; beyond this the oldest are dropped
+MONEY_CODES = {21: LimitName.budget, 22: LimitName.balance}  # budget.lua's refusal codes
+
+
+def quota_script(entry: str) -> str:
+    """An entry script of quota/ after the limiter libraries and quota's own money library."""
+    return "\n".join((libraries(), read_lua("quota", "budget"), read_lua("quota", entry)))
 
 
 @dataclass(slots=True)
@@ -52,6 +72,9 @@ class _Settlement:
     reservation: Reservation
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0
+    cost: int = 0
+    channel: str = ""
 
 
 class RedisQuotaService(QuotaService):
@@ -60,9 +83,11 @@ class RedisQuotaService(QuotaService):
         self._settings = settings
         self._r = client
         self._catalog = RedisCatalog(client)
-        self.admin = QuotaAdmin(self._catalog, on_change=self._forget_cached)
-        self._admit = client.register_script(compose("quota", "admit"))
-        self._settle = client.register_script(compose("quota", "settle"))
+        self.admin = QuotaAdmin(self._catalog, on_change=self._forget)
+        self.money = MoneyAdmin(self._catalog, self.admin)
+        self._quoter = Quoter(self.admin, self._catalog.list_prices, settings.auth_cache_ttl)
+        self._admit = client.register_script(quota_script("admit"))
+        self._settle = client.register_script(quota_script("settle"))
         self._renew = client.register_script(compose("limiter", "renew_lease"))
         self._batch = ScriptBatcher(client)
         self._local = LocalAdmission(settings.lease_ttl)
@@ -88,6 +113,10 @@ class RedisQuotaService(QuotaService):
     @property
     def degraded(self) -> bool:
         return self._down_since is not None
+
+    def _forget(self) -> None:
+        self._quoter.forget()
+        self._forget_cached()
 
     def _mark_down(self) -> None:
         if self._down_since is None:
@@ -134,28 +163,36 @@ class RedisQuotaService(QuotaService):
             plan = self._plans[key.id] = _KeyPlan(levels, PackedKeys(names))
         return plan
 
-    async def admit(self, key: KeyInfo, *, model: str, estimated_tokens: int, request_id: str) -> Admission:
-        check_counts(estimated_tokens=estimated_tokens)
+    async def admit(self, key: KeyInfo, *, model: str, estimated_tokens: int, request_id: str,
+                    max_output_tokens: int = 0) -> Admission:
+        check_counts(estimated_tokens=estimated_tokens, max_output_tokens=max_output_tokens)
         plan = self._plan(key)
+        quote = Quote()
         if self._may_try():
             member = reservation_id(request_id)
             try:
+                quote = await self._quoter.quote(key.account_id, model, max_output_tokens=max_output_tokens,
+                                                 prompt_tokens=max(estimated_tokens - max_output_tokens, 0))
                 reply = await self._batch.call(self._admit, plan.keys,
-                                               [estimated_tokens, int(self._settings.lease_ttl * 1000), member])
+                                               [estimated_tokens, int(self._settings.lease_ttl * 1000), member,
+                                                quote.cost, *quote.bounds])
             except REDIS_DOWN:
                 self._mark_down()
             else:
                 self._mark_up()
-                return self._answer(plan, key, reply, member, model, estimated_tokens, request_id)
-        return self._fallback(plan, key, model, estimated_tokens, request_id)
+                return self._answer(plan, key, reply, member, model, estimated_tokens, request_id, quote)
+        return self._fallback(plan, key, model, estimated_tokens, request_id, quote)
 
     def _answer(self, plan: _KeyPlan, key: KeyInfo, reply: list[Any], member: str, model: str,
-                estimated_tokens: int, request_id: str) -> Admission:
+                estimated_tokens: int, request_id: str, quote: Quote) -> Admission:
         admitted, level, code, wait_ms, sec, day, month = reply[:7]
-        charges = _charges(plan, reply[13:])
+        money_at = 13 + 5 * len(plan.levels)
+        money = reply[money_at:money_at + 2 * len(plan.levels)]
+        charges = _charges(plan, reply[13:money_at], money[0::2])
         rate = RateInfo(*_window(reply[7:10]), *_window(reply[10:13]))
         if not admitted:
-            return Admission(False, None, plan.levels[level - 1][0], LIMIT_CODES[code - 1], wait_ms / 1000, rate)
+            limit = MONEY_CODES[code] if code in MONEY_CODES else LIMIT_CODES[code - 1]
+            return Admission(False, None, plan.levels[level - 1][0], limit, wait_ms / 1000, rate)
         reservation = Reservation(
             id=member, request_id=request_id, key_id=key.id, sub_account_id=key.sub_account_id,
             account_id=key.account_id, model=model, estimated_tokens=estimated_tokens, slot=sec, day=day,
@@ -164,11 +201,13 @@ class RedisQuotaService(QuotaService):
             lease_levels=tuple(c.level for c in charges if c.quota.max_concurrency is not None),
             budget_levels=tuple(c.level for c in charges
                                 if c.quota.tokens_per_day is not None or c.quota.tokens_per_month is not None),
+            cost=quote.cost, prices=quote.prices, multiplier=quote.multiplier,
+            budget_fields=tuple(str(f) for f in money[1::2]), balance=reply[money_at + 2 * len(plan.levels)] == "1",
         )
         return Admission(True, reservation, rate=rate)
 
     def _fallback(self, plan: _KeyPlan, key: KeyInfo, model: str, estimated_tokens: int,
-                  request_id: str) -> Admission:
+                  request_id: str, quote: Quote) -> Admission:
         policy, replicas = self._settings.redis_down, self._settings.gateway_replicas
         if plan.charges is None:  # never saw this key's quotas: nothing safe to enforce
             return Admission(False, degraded=True, unavailable=True)
@@ -179,7 +218,7 @@ class RedisQuotaService(QuotaService):
                 return Admission(False, degraded=True, unavailable=True)
             charges.append(Charge(charge.level, charge.id, quota))
         answer = self._local.admit(charges, key_id=key.id, model=model, estimated_tokens=estimated_tokens,
-                                   request_id=request_id)
+                                   request_id=request_id, quote=quote)
         answer.degraded = True
         return answer
 
@@ -199,17 +238,20 @@ class RedisQuotaService(QuotaService):
             self._mark_up()
 
     async def settle(self, reservation: Reservation, *, prompt_tokens: int, completion_tokens: int,
-                     model: str) -> None:
-        check_counts(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+                     model: str, cached_tokens: int = 0, channel: str | None = None) -> None:
+        check_counts(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cached_tokens=cached_tokens)
         reservation = replace(reservation, model=model)
+        cost = settled_cost(reservation, prompt_tokens=prompt_tokens, cached_tokens=cached_tokens,
+                            completion_tokens=completion_tokens, channel=channel)
         if reservation.local:
-            if not self._local.settle(reservation, prompt_tokens + completion_tokens):
+            if not self._local.settle(reservation, prompt_tokens + completion_tokens, cost=cost):
                 return
             # Redis's counters never held this estimate: replay only the ledger and the budgets.
             budgets = tuple(level for level, _ in reservation.levels())
             reservation = replace(reservation, estimated_tokens=0, tpm_levels=(), lease_levels=(),
-                                  budget_levels=budgets)
-        work = _Settlement(reservation, prompt_tokens, completion_tokens)
+                                  budget_levels=budgets, cost=0)
+        work = _Settlement(reservation, prompt_tokens, completion_tokens, min(cached_tokens, prompt_tokens), cost,
+                           channel or "")
         if not self._pending and self._may_try():
             try:
                 await self._write(work)
@@ -231,11 +273,14 @@ class RedisQuotaService(QuotaService):
                 rk.ledger_key(res.account_id, "day", res.day),
                 rk.ledger_index(res.account_id, "hour"), rk.ledger_index(res.account_id, "day")]
         args: list[str | int] = [res.id, res.slot, res.day, res.month, res.estimated_tokens, work.prompt_tokens,
-                                 work.completion_tokens, ledger_field(res.key_id, res.sub_account_id, res.model)]
+                                 work.completion_tokens,
+                                 ledger_field(res.key_id, res.sub_account_id, res.model, work.channel)]
         for level, level_id in res.levels():
             keys.extend(rk.level_keys(res.account_id, level, level_id))
             args.extend((int(level in res.tpm_levels), int(level in res.lease_levels),
                          int(level in res.budget_levels)))
+        fields = res.budget_fields or ("-",) * len(res.levels())
+        args.extend((work.cost, res.cost, work.cached_tokens, int(res.balance), *fields))
         await self._batch.call(self._settle, keys, args)
 
     async def flush_pending(self) -> int:
@@ -272,11 +317,12 @@ def _window(limit_remaining_reset: list[int]) -> tuple[int | None, int | None, f
     return (None, None, None) if limit < 0 else (limit, remaining, reset_ms / 1000)
 
 
-def _charges(plan: _KeyPlan, raw: list[str]) -> list[Charge]:
+def _charges(plan: _KeyPlan, raw: list[str], budgets: list[str]) -> list[Charge]:
     """The quotas the script read ('-' is unlimited), kept for the fallback; rebuilt only when they change."""
-    if plan.raw_quotas != raw or plan.charges is None:
-        plan.raw_quotas = raw
+    if plan.raw_quotas != raw + budgets or plan.charges is None:
+        plan.raw_quotas = raw + budgets
         values = [None if v == "-" else int(v) for v in raw]
-        plan.charges = [Charge(level, level_id, Quota(*values[i * 5:i * 5 + 5]))
+        plan.charges = [Charge(level, level_id, Quota(**dict(zip(QUOTA_FIELDS, values[i * 5:i * 5 + 5], strict=True)),
+                                                      budget=None if budgets[i] == "-" else Budget.of_spec(budgets[i])))
                         for i, (level, level_id) in enumerate(plan.levels)]
     return plan.charges

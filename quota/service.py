@@ -9,6 +9,7 @@ from abc import ABC, abstractmethod
 from datetime import UTC, datetime
 
 from quota.admin import QuotaAdmin, hash_secret
+from quota.money_admin import MoneyAdmin
 from quota.records import Admission, ApiKey, AuthResult, KeyInfo, Reservation
 
 
@@ -62,9 +63,13 @@ class QuotaService(ABC):
     async def _lookup_key(self, secret_hash: str) -> ApiKey | None:
         """The key with this secret hash, or None; raises StoreUnavailable when the store is out of reach."""
 
+    money: MoneyAdmin
+
     @abstractmethod
-    async def admit(self, key: KeyInfo, *, model: str, estimated_tokens: int, request_id: str) -> Admission:
-        """Checks and reserves on every level at once; never raises for a store outage."""
+    async def admit(self, key: KeyInfo, *, model: str, estimated_tokens: int, request_id: str,
+                    max_output_tokens: int = 0) -> Admission:
+        """Checks and reserves on every level at once; never raises for a store outage. `estimated_tokens`
+        includes `max_output_tokens`, which the maximum cost prices at the output price."""
 
     @abstractmethod
     async def renew(self, reservation: Reservation) -> None:
@@ -72,8 +77,9 @@ class QuotaService(ABC):
 
     @abstractmethod
     async def settle(self, reservation: Reservation, *, prompt_tokens: int, completion_tokens: int,
-                     model: str) -> None:
-        """Replaces the estimate with real usage and writes the ledger; a second call is a no-op."""
+                     model: str, cached_tokens: int = 0, channel: str | None = None) -> None:
+        """Replaces the estimate with real usage and writes the ledger with the cost at the prices the request
+        was admitted with (the channel's own price when it has one); a second call is a no-op."""
 
     @abstractmethod
     async def close(self) -> None: ...
