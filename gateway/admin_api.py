@@ -12,18 +12,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from gateway.admin_body import json_body, reject_unknown
+from gateway.admin_money import AdminMoney
 from gateway.auth import check_admin
 from gateway.errors import ApiError, invalid_request, not_found
 from gateway.router import Router
 from quota import UNSET, InvalidRequest, NotFound, Quota, QuotaService
-from tidegate.request_body import decode_json, read_body
-
-# admin writes are small records: a quota nests three levels
-ADMIN_BODY_BYTES, ADMIN_BODY_TIMEOUT, ADMIN_JSON_DEPTH = 256 * 1024, 30.0, 16
 
 Handler = Callable[[Request], Awaitable[Any]]
 UPDATABLE = {
-    "accounts": ("name", "quota"),
+    "accounts": ("name", "quota", "timezone", "price_multiplier"),
     "sub-accounts": ("name", "quota"),
     "keys": ("name", "models", "quota", "priority_class", "expires_at"),
 }
@@ -50,8 +48,9 @@ class AdminApi:
     """Each route checks the admin key, calls quota's admin API and maps its errors to 400/404."""
 
     def __init__(self, quota: QuotaService, router: Router, admin_key: str | None,
-                 priority_classes: frozenset[str] = frozenset()):
+                 priority_classes: frozenset[str] = frozenset(), currency: str = "USD"):
         self._admin = quota.admin
+        self._money = AdminMoney(quota, router, currency)
         self._router = router
         self._admin_key = admin_key
         self._classes = priority_classes
@@ -70,6 +69,7 @@ class AdminApi:
             Route("/admin/{kind:str}/{id}", r(self.update), methods=["PATCH"]),
             Route("/admin/usage", r(self.usage), methods=["GET"]),
             Route("/admin/channels", r(self.channels), methods=["GET"]),
+            *self._money.routes(r),
         ]
 
     def _wrap(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -77,6 +77,8 @@ class AdminApi:
             try:
                 check_admin(request, self._admin_key)
                 status, result = 200, await handler(request)
+                if isinstance(result, Response):  # a report as CSV
+                    return result
                 if isinstance(result, tuple):
                     status, result = result
                 return JSONResponse(to_json(result), status_code=status)
@@ -89,9 +91,10 @@ class AdminApi:
         return endpoint
 
     async def create_account(self, request: Request) -> Any:
-        body = await _json_body(request)
-        _reject_unknown(body, {"name", "quota"})
-        return 201, await self._admin.create_account(body.get("name", ""), body.get("quota"))
+        body = await json_body(request)
+        reject_unknown(body, {"name", "quota", "timezone", "price_multiplier"})
+        return 201, await self._admin.create_account(body.get("name", ""), body.get("quota"),
+                                                     body.get("timezone", "UTC"), body.get("price_multiplier", 1.0))
 
     async def list_accounts(self, request: Request) -> Any:
         return {"data": await self._admin.list_accounts()}
@@ -100,8 +103,8 @@ class AdminApi:
         return await self._admin.get_account(request.path_params["id"])
 
     async def create_sub_account(self, request: Request) -> Any:
-        body = await _json_body(request)
-        _reject_unknown(body, {"name", "quota"})
+        body = await json_body(request)
+        reject_unknown(body, {"name", "quota"})
         return 201, await self._admin.create_sub_account(request.path_params["id"], body.get("name", ""),
                                                          body.get("quota"))
 
@@ -110,9 +113,9 @@ class AdminApi:
         return {"data": await self._admin.list_sub_accounts(request.path_params["id"])}
 
     async def create_key(self, request: Request) -> Any:
-        body = await _json_body(request)
+        body = await json_body(request)
         allowed = {"account_id", "sub_account_id", "name", "models", "quota", "priority_class", "expires_at"}
-        _reject_unknown(body, allowed)
+        reject_unknown(body, allowed)
         self._check_class(body)
         created = await self._admin.create_key(**body)
         return 201, {**to_json(created.key), "key": created.secret}
@@ -128,8 +131,8 @@ class AdminApi:
         kind, record_id = request.path_params["kind"], request.path_params["id"]
         if kind not in UPDATABLE:
             raise not_found(f"no admin collection {kind!r}")
-        body = await _json_body(request)
-        _reject_unknown(body, set(UPDATABLE[kind]))
+        body = await json_body(request)
+        reject_unknown(body, set(UPDATABLE[kind]))
         changes = {name: body.get(name, UNSET) for name in UPDATABLE[kind]}
         self._check_class(body)
         if kind == "accounts":
@@ -145,25 +148,7 @@ class AdminApi:
             raise invalid_request(f"priority_class must be one of {sorted(self._classes)} or null", "priority_class")
 
     async def usage(self, request: Request) -> Any:
-        q = request.query_params
-        names = ("account_id", "sub_account_id", "key_id", "model", "start", "end", "granularity")
-        _reject_unknown(dict(q), set(names))
-        query: dict[str, Any] = {name: q[name] for name in names if name in q}  # times parsed by quota
-        return await self._admin.usage(**query)
+        return await self._money.usage(request)
 
     async def channels(self, request: Request) -> Any:
         return {"data": [channel.status() for channel in self._router.channels]}
-
-
-async def _json_body(request: Request) -> dict[str, Any]:
-    raw = await read_body(request, max_bytes=ADMIN_BODY_BYTES, timeout=ADMIN_BODY_TIMEOUT)
-    body = decode_json(raw or b"{}", max_depth=ADMIN_JSON_DEPTH)
-    if not isinstance(body, dict):
-        raise invalid_request("the body must be a JSON object")
-    return body
-
-
-def _reject_unknown(body: dict[str, Any], allowed: set[str]) -> None:
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise invalid_request(f"unknown fields: {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")

@@ -8,7 +8,7 @@ from typing import Any
 from gateway.errors import ApiError, retry_after_headers, unavailable
 from quota import Admission, LimitName, RateInfo
 
-BUDGET_LIMITS = (LimitName.tokens_per_day, LimitName.tokens_per_month)
+BUDGET_LIMITS = (LimitName.tokens_per_day, LimitName.tokens_per_month, LimitName.budget, LimitName.balance)
 
 
 # request fields that the upstream's chat template or guided decoding turns into prompt tokens
@@ -117,6 +117,12 @@ def refusal(admission: Admission) -> ApiError:
     level = admission.refused_level.value if admission.refused_level else "key"
     retry_after = admission.retry_after if admission.retry_after is not None else 1.0
     headers = {**rate_headers(admission.rate), **retry_after_headers(retry_after)}
+    if admission.refused_limit is LimitName.balance:
+        message = f"the {level}'s prepaid balance cannot cover this request's maximum cost; top it up"
+        return ApiError(429, message, "insufficient_quota", "insufficient_quota", None, headers)
+    if admission.refused_limit is LimitName.budget:
+        message = f"the {level}'s spend budget for this window is used up"
+        return ApiError(429, message, "insufficient_quota", "insufficient_quota", None, headers)
     if admission.refused_limit in BUDGET_LIMITS:
         message = f"the {level}'s {limit} budget is used up"
         return ApiError(429, message, "insufficient_quota", "insufficient_quota", None, headers)

@@ -228,8 +228,8 @@ class QuotaAdmin:
         return key
 
     async def usage(self, *, account_id: str | None = None, sub_account_id: str | None = None,
-                    key_id: str | None = None, model: str | None = None, start: datetime | None = None,
-                    end: datetime | None = None, granularity: str = "hour") -> UsageReport:
+                    key_id: str | None = None, model: str | None = None, start: datetime | str | None = None,
+                    end: datetime | str | None = None, granularity: str = "hour") -> UsageReport:
         """Prompt and completion tokens and request counts per period, key and model, with totals."""
         if granularity not in ("hour", "day"):
             raise InvalidRequest("granularity must be 'hour' or 'day'")

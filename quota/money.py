@@ -95,3 +95,8 @@ class Quote:
     prices: tuple[Price, ...] = ()
     multiplier: int = MICRO
     bounds: tuple[int, ...] = (0,) * 9
+
+
+def micro_text(value: int) -> str:
+    """Micro-units as exact decimal text in currency units (`1.250000`), for CSV."""
+    return f"{Decimal(value) / MICRO:.6f}"
