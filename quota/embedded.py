@@ -30,8 +30,9 @@ class EmbeddedQuotaService(QuotaService):
         self._local.money.balances.update(self._catalog.balances())
         self._charges: dict[str, list[Charge]] = {}
         self.admin = QuotaAdmin(self._catalog, on_change=self._forget)
-        self.money = MoneyAdmin(self._catalog, self.admin, on_top_up=self._local.top_up, clock=clock)
         self._quoter = Quoter(self.admin, self._catalog.list_prices, settings.auth_cache_ttl, clock)
+        self.money = MoneyAdmin(self._catalog, self.admin, self._quoter.forget, self._local.top_up, clock,
+                                self._local.money.balances.get)
 
     def _forget(self) -> None:
         self._charges.clear()

@@ -14,19 +14,25 @@ from quota.prices import parse_price
 
 
 class MoneyAdmin:
-    """`on_top_up(account_id, amount)` lets the embedded store move its in-memory balance with the journal."""
+    """`on_price` drops this replica's cached prices (others reread within their cache time). The embedded store
+    keeps the live balance in memory: `on_top_up(account_id, amount)` moves it with the journal, and
+    `live_balance(account_id)` reads it (with what in-flight requests hold, as Redis's does)."""
 
-    def __init__(self, catalog: Catalog, admin: QuotaAdmin,
+    def __init__(self, catalog: Catalog, admin: QuotaAdmin, on_price: Callable[[], None],
                  on_top_up: Callable[[str, int], None] = lambda account_id, amount: None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 live_balance: Callable[[str], int | None] | None = None) -> None:
+        self._live_balance = live_balance
         self._catalog = catalog
         self._admin = admin
+        self._on_price = on_price
         self._on_top_up = on_top_up
         self._clock = clock
 
     async def set_price(self, model: str, body: dict[str, Any]) -> Price:
         price = parse_price(model, body, self._clock())
         await self._catalog.put_price(price)
+        self._on_price()
         return price
 
     async def prices(self) -> list[Price]:
@@ -49,4 +55,5 @@ class MoneyAdmin:
 
     async def balance(self, account_id: str) -> tuple[int | None, list[BalanceEntry]]:
         await self._admin.get_account(account_id)
-        return await self._catalog.balance(account_id)
+        balance, journal = await self._catalog.balance(account_id)
+        return (balance if self._live_balance is None else self._live_balance(account_id)), journal

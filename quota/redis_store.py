@@ -84,8 +84,8 @@ class RedisQuotaService(QuotaService):
         self._r = client
         self._catalog = RedisCatalog(client)
         self.admin = QuotaAdmin(self._catalog, on_change=self._forget)
-        self.money = MoneyAdmin(self._catalog, self.admin)
         self._quoter = Quoter(self.admin, self._catalog.list_prices, settings.auth_cache_ttl)
+        self.money = MoneyAdmin(self._catalog, self.admin, self._quoter.forget)
         self._admit = client.register_script(quota_script("admit"))
         self._settle = client.register_script(quota_script("settle"))
         self._renew = client.register_script(compose("limiter", "renew_lease"))

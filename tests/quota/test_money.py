@@ -1,0 +1,123 @@
+"""Money in admission: budgets reserved at the maximum cost across replicas, costs at the price in force at
+admission, prepaid balances, and calendar windows in the account's time zone (a fake clock, no sleeps)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from quota import Admission, KeyInfo, Level, LimitName, QuotaService, open_store
+from quota.embedded import EmbeddedQuotaService
+from tests.quota.conftest import make_tenant, store_settings
+from tests.servers import RedisServer
+
+PRICE = {"input": 2.0, "cached_input": 0.5, "output": 4.0}  # currency units per million tokens
+NEW_PRICE = {"input": 3.0, "cached_input": 1.0, "output": 6.0}
+PROMPT, MAX_OUT = 100, 50
+MAX_COST = Decimal(PROMPT * 2 + MAX_OUT * 4) / 10**6  # 0.0004 at PRICE
+ids = itertools.count()
+
+
+async def admit(service: QuotaService, key: KeyInfo) -> Admission:
+    return await service.admit(key, model="smollm2", estimated_tokens=PROMPT + MAX_OUT,
+                               request_id=f"req-{next(ids)}", max_output_tokens=MAX_OUT)
+
+
+def cost_of(price: dict[str, float], prompt: int, cached: int, completion: int) -> Decimal:
+    """usage x price, in currency units, computed here independently of quota/."""
+    per_million = ((prompt - cached) * Decimal(str(price["input"])) + cached * Decimal(str(price["cached_input"]))
+                   + completion * Decimal(str(price["output"])))
+    return per_million / 10**6
+
+
+@pytest.mark.parametrize("store_kind", ["redis"])
+async def test_forty_concurrent_requests_through_two_admission_services_never_overspend(
+        service: QuotaService, tmp_path: Path, redis_server: RedisServer) -> None:
+    second = await open_store(store_settings("redis", tmp_path, redis_server))
+    try:
+        await service.money.set_price("smollm2", PRICE)
+        tenant = await make_tenant(service, key={"budget": {"amount": str(25 * MAX_COST), "window": "month"}})
+        key = tenant.keys[0]
+        replicas = itertools.cycle([service, second])
+        answers = await asyncio.gather(*(admit(next(replicas), key) for _ in range(40)))
+        admitted = [a.reservation for a in answers if a.admitted and a.reservation is not None]
+        assert len(admitted) == 25
+        assert {(a.refused_level, a.refused_limit) for a in answers if not a.admitted} == {
+            (Level.key, LimitName.budget)}
+        expected = Decimal(0)
+        for n, reservation in enumerate(admitted):
+            cached, completion = 2 * (n % 4), 10 + n
+            await next(replicas).settle(reservation, prompt_tokens=90, completion_tokens=completion,
+                                        cached_tokens=cached, model="smollm2", channel="c0")
+            expected += cost_of(PRICE, 90, cached, completion)
+        report = await service.admin.usage(key_id=key.id)
+        assert Decimal(report.cost) / 10**6 == expected <= 25 * MAX_COST
+        assert (report.requests, report.completion_tokens) == (25, sum(10 + n for n in range(25)))
+        # settling refunded what was reserved beyond the real cost: room for more requests again
+        assert (await admit(second, key)).admitted
+    finally:
+        await second.close()
+
+
+async def test_a_price_change_mid_run_keeps_the_old_price_for_requests_admitted_before_it(
+        tmp_path: Path, redis_server: RedisServer) -> None:
+    service = await open_store(store_settings("redis", tmp_path, redis_server, auth_cache_ttl=0.0))
+    try:
+        await service.money.set_price("smollm2", PRICE)
+        key = (await make_tenant(service)).keys[0]
+        before = [await admit(service, key) for _ in range(3)]
+        await service.money.set_price("smollm2", NEW_PRICE)
+        after = [await admit(service, key) for _ in range(2)]
+        for answer in before + after:  # all settled after the change
+            assert answer.reservation is not None
+            await service.settle(answer.reservation, prompt_tokens=80, completion_tokens=20, model="smollm2")
+        report = await service.admin.usage(key_id=key.id)
+        expected = 3 * cost_of(PRICE, 80, 0, 20) + 2 * cost_of(NEW_PRICE, 80, 0, 20)
+        assert Decimal(report.cost) / 10**6 == expected
+        assert [p.effective_from for p in await service.money.prices()] == sorted(
+            p.effective_from for p in await service.money.prices())
+    finally:
+        await service.close()
+
+
+async def test_a_prepaid_balance_refuses_what_it_cannot_cover_and_pays_for_what_was_served(
+        service: QuotaService) -> None:
+    await service.money.set_price("smollm2", PRICE)
+    tenant = await make_tenant(service, with_sub=True)
+    key = tenant.keys[0]
+    await service.money.top_up(tenant.account_id, {"amount": 0.001, "note": "first top-up"})
+    first, second, third = [await admit(service, key) for _ in range(3)]
+    assert first.admitted and second.admitted  # 0.0008 reserved of 0.001
+    assert (third.admitted, third.refused_level, third.refused_limit) == (False, Level.account, LimitName.balance)
+    assert first.reservation is not None
+    await service.settle(first.reservation, prompt_tokens=100, completion_tokens=25, model="smollm2")
+    balance, journal = await service.money.balance(tenant.account_id)
+    assert balance == 1000 - 300 - 400  # micro-units: the top-up, the first request's cost, the second's hold
+    await service.money.top_up(tenant.account_id, {"amount": -0.0001, "note": "correction"})
+    balance, journal = await service.money.balance(tenant.account_id)
+    assert balance == 200 and [(e.amount, e.note) for e in journal] == [(1000, "first top-up"), (-100, "correction")]
+
+
+async def test_a_daily_budget_renews_at_midnight_in_the_accounts_time_zone(tmp_path: Path) -> None:
+    now = [datetime(2026, 3, 1, 15, 59, 58, tzinfo=UTC).timestamp()]  # 23:59:58 in Shanghai (UTC+8)
+    service = EmbeddedQuotaService(store_settings("embedded", tmp_path, None), clock=lambda: now[0])
+    try:
+        await service.money.set_price("smollm2", PRICE)
+        tenant = await make_tenant(service, account={"budget": {"amount": str(MAX_COST), "window": "day"}})
+        await service.admin.update_account(tenant.account_id, timezone="Asia/Shanghai")
+        key = tenant.keys[0]
+        assert (await admit(service, key)).admitted
+        refused = await admit(service, key)
+        assert (refused.refused_level, refused.refused_limit) == (Level.account, LimitName.budget)
+        assert refused.retry_after == pytest.approx(2.0)  # until midnight in Shanghai, not in UTC
+        now[0] += 2  # 00:00:00 in Shanghai, 16:00 UTC
+        assert (await admit(service, key)).admitted
+        now[0] += 8 * 3600 - 1  # 23:59:59 UTC: still the same Shanghai day, nothing renews
+        assert not (await admit(service, key)).admitted
+    finally:
+        await service.close()
