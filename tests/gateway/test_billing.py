@@ -1,0 +1,110 @@
+"""Money at the gateway: prices and balances through the admin API, what a cut stream costs, refusals in
+OpenAI's shape, spend counters, and usage reports grouped over periods as JSON and CSV."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from decimal import Decimal
+
+import openai
+import pytest
+
+from tests.gateway.harness import GatewayHarness
+from tests.gateway.upstreams import Fault, MockUpstream
+
+Start = Callable[..., Awaitable[MockUpstream]]
+StartGateway = Callable[..., Awaitable[GatewayHarness]]
+MESSAGES = [{"role": "user", "content": "Say hello"}]
+PRICE = {"input": 1.0, "cached_input": 0.5, "output": 2.0}  # 1 and 2 micro-units per token
+
+
+async def test_a_stream_cut_halfway_is_charged_for_what_was_generated(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    gateway = await gateway_for([await upstreams(Fault.cut)])
+    assert (await gateway.admin.put("/admin/prices/smollm2", json=PRICE)).status_code == 200
+    key_id, secret = await gateway.key()
+    stream = await gateway.client(secret).chat.completions.create(
+        model="smollm2", messages=MESSAGES, max_tokens=8, stream=True)  # type: ignore[arg-type]
+    generated = 0
+    with pytest.raises(openai.APIError):
+        async for chunk in stream:
+            generated += bool(chunk.choices and chunk.choices[0].delta.content)
+    assert 0 < generated < 8
+    usage = await gateway.usage(key_id=key_id)
+    row = usage["rows"][0]
+    assert row["completion_tokens"] == generated and row["channel"] == "c0"
+    expected = (Decimal(row["prompt_tokens"]) * 1 + generated * 2) / 10**6
+    assert Decimal(str(usage["cost"])) == expected and usage["currency"] == "USD"
+    metrics = (await gateway.admin.get("/metrics")).text
+    assert f'tidegate_spend_total{{account="{row["account_id"]}",model="smollm2"}} {float(expected)}' in metrics
+
+
+async def test_a_prepaid_account_is_refused_with_insufficient_quota_naming_the_account(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    gateway = await gateway_for([await upstreams()], currency="EUR")
+    await gateway.admin.put("/admin/prices/smollm2", json=PRICE)
+    account_id = await gateway.account()
+    top_up = await gateway.admin.post(f"/admin/accounts/{account_id}/balance", json={"amount": 0.0001, "note": "t"})
+    assert top_up.status_code == 201 and top_up.json()["balance"] == 0.0001
+    _, secret = await gateway.key(account_id=account_id)
+    client = gateway.client(secret)
+    await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=10)  # type: ignore[arg-type]
+    with pytest.raises(openai.RateLimitError) as refused:
+        await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=100)  # type: ignore[arg-type]
+    assert refused.value.code == "insufficient_quota" and "account" in refused.value.message
+    balance = (await gateway.admin.get(f"/admin/accounts/{account_id}/balance")).json()
+    assert balance["currency"] == "EUR" and 0 < balance["balance"] < 0.0001
+    assert [entry["note"] for entry in balance["journal"]] == ["t"]
+
+
+async def test_usage_reports_group_by_account_and_model_per_period_as_json_and_csv(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    gateway = await gateway_for([await upstreams()])
+    await gateway.admin.put("/admin/prices/smollm2", json=PRICE)
+    _, secret = await gateway.key()
+    for max_tokens in (2, 3):
+        await gateway.client(secret).completions.create(model="smollm2", prompt="a", max_tokens=max_tokens)
+    for granularity in ("hour", "day", "month"):
+        report = await gateway.usage(group_by="account,model", granularity=granularity)
+        assert len(report["data"]) == 1 and report["requests"] == 2
+        row = report["data"][0]
+        assert set(row) >= {"period_start", "account", "model", "prompt_tokens", "cached_tokens",
+                            "completion_tokens", "requests", "cost"}
+        assert row["completion_tokens"] == 5 and Decimal(str(row["cost"])) == (row["prompt_tokens"] + 10) / Decimal(10**6)
+    csv = await gateway.admin.get("/admin/usage", params={"group_by": "model", "format": "csv"})
+    assert csv.headers["content-type"].startswith("text/csv")
+    header, line = csv.text.splitlines()
+    assert header == "period_start,model,prompt_tokens,cached_tokens,completion_tokens,requests,cost"
+    assert line.split(",")[1] == "smollm2" and line.split(",")[5] == "2"
+    prices = (await gateway.admin.get("/admin/prices")).json()["data"]
+    assert [(p["model"], p["input"], p["output"]) for p in prices] == [("smollm2", 1.0, 2.0)]
+
+
+async def test_bad_money_input_is_a_400_or_404_in_the_openai_shape(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    gateway = await gateway_for([await upstreams()])
+    account_id = await gateway.account()
+    cases = [
+        ("put", "/admin/prices/smollm2", {"input": -1, "output": 1}, 400),
+        ("put", "/admin/prices/smollm2", {"input": "cheap", "output": 1}, 400),
+        ("put", "/admin/prices/smollm2", {"output": 1}, 400),
+        ("put", "/admin/prices/smollm2", {"input": 1, "output": 1, "currency": "USD"}, 400),
+        ("put", "/admin/prices/smollm2", {"input": 1, "output": 1, "effective_from": "yesterday"}, 400),
+        ("put", "/admin/prices/smollm2", {"input": 1e-9, "output": 1}, 400),
+        ("post", f"/admin/accounts/{account_id}/balance", {"amount": 0}, 400),
+        ("post", f"/admin/accounts/{account_id}/balance", {"amount": True}, 400),
+        ("post", "/admin/accounts/acct_nobody/balance", {"amount": 1}, 404),
+        ("get", "/admin/accounts/acct_nobody/balance", None, 404),
+        ("post", "/admin/accounts", {"name": "x", "quota": {"budget": {"amount": 5, "window": "fortnight"}}}, 400),
+        ("post", "/admin/accounts", {"name": "x", "quota": {"budget": {"amount": -5, "window": "day"}}}, 400),
+        ("post", "/admin/accounts", {"name": "x", "timezone": "Mars/Olympus"}, 400),
+        ("patch", f"/admin/accounts/{account_id}", {"price_multiplier": 0}, 400),
+        ("get", "/admin/usage?group_by=tenant", None, 400),
+        ("get", "/admin/usage?granularity=year", None, 400),
+        ("get", "/admin/usage?group_by=model&format=xml", None, 400),
+    ]
+    for method, path, body, status in cases:
+        kwargs = {"json": body} if body is not None else {}
+        response = await gateway.admin.request(method.upper(), path, **kwargs)  # type: ignore[arg-type]
+        assert response.status_code == status, (method, path, response.text)
+        assert set(response.json()["error"]) == {"message", "type", "param", "code"}
