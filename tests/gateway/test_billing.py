@@ -3,13 +3,17 @@ OpenAI's shape, spend counters, and usage reports grouped over periods as JSON a
 
 from __future__ import annotations
 
+import asyncio
+import json
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
 
 import openai
 import pytest
 
-from tests.gateway.harness import GatewayHarness
+from tests.gateway.harness import ADMIN_KEY, GatewayHarness
 from tests.gateway.upstreams import Fault, MockUpstream
 
 Start = Callable[..., Awaitable[MockUpstream]]
@@ -108,3 +112,25 @@ async def test_bad_money_input_is_a_400_or_404_in_the_openai_shape(
         response = await gateway.admin.request(method.upper(), path, **kwargs)  # type: ignore[arg-type]
         assert response.status_code == status, (method, path, response.text)
         assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+
+
+async def test_the_admin_cli_sets_prices_tops_up_and_exports_usage_as_csv(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    gateway = await gateway_for([await upstreams()])
+    account_id = await gateway.account()
+
+    async def cli(*argv: str) -> str:
+        command = [sys.executable, "-m", "tidegate.cli", "admin", "--url", gateway.url, "--admin-key", ADMIN_KEY,
+                   *argv]
+        done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr + done.stdout
+        return done.stdout
+
+    price = json.loads(await cli("prices", "set", "smollm2", "--input", "0.15", "--output", "0.6"))
+    assert (price["input"], price["cached_input"], price["output"]) == (0.15, 0.15, 0.6)
+    entry = json.loads(await cli("balance", "top-up", account_id, "--amount", "12.5", "--note", "invoice 7"))
+    assert (entry["amount"], entry["balance"], entry["note"]) == (12.5, 12.5, "invoice 7")
+    _, secret = await gateway.key(account_id=account_id)
+    await gateway.client(secret).completions.create(model="smollm2", prompt="a", max_tokens=2)
+    exported = await cli("usage", "--group-by", "account,model", "--granularity", "month", "--format", "csv")
+    assert exported.splitlines()[1].split(",")[1:3] == [account_id, "smollm2"]
