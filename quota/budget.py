@@ -3,6 +3,7 @@ store's twin of budget.lua (same fields, same rules), so both stores refuse and 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -64,13 +65,30 @@ class MoneyCharge:
     balance: bool = False
 
 
+# (level, id, first second, end second) -> micro-units the ledger holds for that level in that span
+SpendSeed = Callable[[Level, str, int, int], int]
+FOREVER = 2**40
+
+
+def _span(spend_field: str, period_end: float) -> tuple[int, int]:
+    """The seconds a spend field counts: `bt` always, `br<day>` one UTC day, `bs<start>` until the period ends."""
+    if spend_field == "bt":
+        return 0, FOREVER
+    if spend_field.startswith("br"):
+        day = int(spend_field[2:])
+        return day * 86400, (day + 1) * 86400
+    return int(spend_field[2:]), int(period_end)
+
+
 @dataclass(slots=True)
 class MoneyCounters:
-    """Spend per level and period, and prepaid balances per account, in micro-units, in memory."""
+    """Spend per level and period, and prepaid balances per account, in micro-units, in memory. With `seed`, a
+    period first seen (after a restart) starts from the ledger's settled cost."""
 
     spend: dict[tuple[Level, str], dict[str, int]] = field(default_factory=dict)
     current: dict[tuple[Level, str], str] = field(default_factory=dict)
     balances: dict[str, int] = field(default_factory=dict)
+    seed: SpendSeed | None = None
 
     def check(self, level: Level, level_id: str, budget: Budget | None, cost: int, bounds: list[int], sec: int,
               now: float) -> tuple[MoneyCharge, tuple[LimitName, float] | None]:
@@ -78,7 +96,11 @@ class MoneyCounters:
         charge = MoneyCharge(balance=level is Level.account and level_id in self.balances)
         if budget is not None:
             fields, stale, frees = budget_window(budget, bounds, sec)
-            spent = self.spend.get((level, level_id), {})
+            spent = self.spend.setdefault((level, level_id), {})
+            if self.seed is not None:
+                for name in fields:
+                    if name not in spent:
+                        spent[name] = self.seed(level, level_id, *_span(name, frees))
             if sum(spent.get(f, 0) for f in fields) + cost > budget.amount:
                 return charge, (LimitName.budget, frees - now)
             charge.field, charge.stale = fields[-1], stale

@@ -28,6 +28,7 @@ class EmbeddedQuotaService(QuotaService):
         self._catalog = SqliteCatalog(settings.resolved_data_dir() / DB_NAME)
         self._local = LocalAdmission(settings.lease_ttl, seed=self._catalog.tokens_used, clock=clock)
         self._local.money.balances.update(self._catalog.balances())
+        self._local.money.seed = self._catalog.cost_spent
         self._charges: dict[str, list[Charge]] = {}
         self.admin = QuotaAdmin(self._catalog, on_change=self._forget)
         self._quoter = Quoter(self.admin, self._catalog.list_prices, settings.auth_cache_ttl, clock)

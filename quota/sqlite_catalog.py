@@ -140,6 +140,13 @@ class SqliteCatalog:
             f" AND period BETWEEN ? AND ? AND {LEVEL_COLUMN[level]} = ?", (first, last, level_id))
         return int(str(rows[0][0]))
 
+    def cost_spent(self, level: Level, level_id: str, first: int, end: int) -> int:
+        """Settled cost of one level in the hours from `first` to `end` (seconds), to seed spend after a restart."""
+        rows = self._rows(
+            f"SELECT COALESCE(SUM(cost), 0) FROM usage WHERE granularity = 'hour' AND period >= ? AND period < ?"
+            f" AND {LEVEL_COLUMN[level]} = ?", (first // 3600, -(-end // 3600), level_id))
+        return int(str(rows[0][0]))
+
     async def usage(self, query: UsageQuery) -> list[UsageRow]:
         first, last = query.period_bounds()
         size = 3600 if query.granularity == "hour" else 86400

@@ -121,3 +121,23 @@ async def test_a_daily_budget_renews_at_midnight_in_the_accounts_time_zone(tmp_p
         assert not (await admit(service, key)).admitted
     finally:
         await service.close()
+
+
+async def test_the_embedded_store_keeps_spend_and_balances_across_a_restart(tmp_path: Path) -> None:
+    settings = store_settings("embedded", tmp_path, None)
+    service = EmbeddedQuotaService(settings)
+    await service.money.set_price("smollm2", PRICE)
+    tenant = await make_tenant(service, key={"budget": {"amount": str(2 * MAX_COST), "window": "total"}})
+    await service.money.top_up(tenant.account_id, {"amount": 1})
+    answer = await admit(service, tenant.keys[0])
+    assert answer.reservation is not None
+    await service.settle(answer.reservation, prompt_tokens=PROMPT, completion_tokens=MAX_OUT, model="smollm2")
+    await service.close()
+    service = EmbeddedQuotaService(settings)
+    try:
+        assert (await admit(service, tenant.keys[0])).admitted  # the second of two that fit
+        assert (await admit(service, tenant.keys[0])).refused_limit is LimitName.budget
+        balance, _ = await service.money.balance(tenant.account_id)
+        assert balance == 10**6 - 2 * 400
+    finally:
+        await service.close()
