@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import UTC, date, datetime
 from typing import Any
 
 from starlette.requests import Request
@@ -14,6 +15,7 @@ from gateway.admin_body import json_body, reject_unknown
 from gateway.errors import invalid_request
 from gateway.router import Router
 from quota import QuotaService
+from quota.audit import MAX_LISTED
 from quota.balance import balance_json
 from quota.money import Price, from_micro
 from quota.prices import parse_price, price_json
@@ -21,6 +23,7 @@ from quota.reports import check_granularity, grouped, parse_group_by, report_csv
 from quota.unit_cost import unit_costs
 
 Wrap = Callable[[Callable[[Request], Awaitable[Any]]], Callable[[Request], Awaitable[Response]]]
+EPOCH_DAY = date(1970, 1, 1).toordinal()
 USAGE_FILTERS = ("account_id", "sub_account_id", "key_id", "model", "start", "end")
 USAGE_QUERY = {*USAGE_FILTERS, "granularity", "group_by", "format"}
 
@@ -38,6 +41,7 @@ class AdminMoney:
             Route("/admin/accounts/{id}/balance", wrap(self.top_up), methods=["POST"]),
             Route("/admin/accounts/{id}/balance", wrap(self.balance), methods=["GET"]),
             Route("/admin/unit-cost", wrap(self.unit_cost), methods=["GET"]),
+            Route("/admin/accounts/{id}/requests", wrap(self.requests), methods=["GET"]),
         ]
 
     async def list_prices(self, request: Request) -> Any:
@@ -57,6 +61,20 @@ class AdminMoney:
         account_id = request.path_params["id"]
         balance, journal = await self._quota.money.balance(account_id)
         return {**balance_json(account_id, balance, journal), "currency": self._currency}
+
+    async def requests(self, request: Request) -> Any:
+        """The account's per-request audit records of one UTC day (`day=YYYY-MM-DD`, default today)."""
+        q = request.query_params
+        reject_unknown(dict(q), {"day", "limit"})
+        try:
+            day = date.fromisoformat(q["day"]) if "day" in q else datetime.now(UTC).date()
+            limit = int(q.get("limit", "1000"))
+        except ValueError:
+            raise invalid_request("day must be YYYY-MM-DD and limit an integer") from None
+        if not 1 <= limit <= MAX_LISTED:
+            raise invalid_request(f"limit must be from 1 to {MAX_LISTED}", "limit")
+        records = await self._quota.money.requests(request.path_params["id"], day.toordinal() - EPOCH_DAY, limit)
+        return {"object": "list", "currency": self._currency, "data": [r.to_json() for r in records]}
 
     async def usage(self, request: Request) -> Any:
         """Without group_by, format or a month granularity: the ledger's own rows, as before money was kept."""

@@ -105,7 +105,8 @@ class Exchange:
             try:
                 await self._quota.settle(self._reservation, prompt_tokens=used.prompt_tokens,
                                          completion_tokens=used.completion_tokens, model=self._reservation.model,
-                                         cached_tokens=used.cached_tokens, channel=self.record.channel)
+                                         cached_tokens=used.cached_tokens, channel=self.record.channel,
+                                         outcome=outcome)
             except Exception:  # the answer is already decided; an unsettled reservation expires by its TTL
                 log.exception("settling request %s failed", self.record.request_id)
             else:

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from config.stores import StoreSettings
 from quota.admin import QuotaAdmin
+from quota.audit import AuditRecord
 from quota.local_admission import Charge, LocalAdmission
 from quota.money import Spend
 from quota.money_admin import MoneyAdmin
@@ -29,6 +30,8 @@ class EmbeddedQuotaService(QuotaService):
         self._local = LocalAdmission(settings.lease_ttl, seed=self._catalog.tokens_used, clock=clock)
         self._local.money.balances.update(self._catalog.balances())
         self._local.money.seed = self._catalog.cost_spent
+        self._audit_days = settings.audit_retention_days
+        self._catalog.audit_retention = settings.audit_retention_days * 86400
         self._charges: dict[str, list[Charge]] = {}
         self.admin = QuotaAdmin(self._catalog, on_change=self._forget)
         self._quoter = Quoter(self.admin, self._catalog.list_prices, settings.auth_cache_ttl, clock)
@@ -63,14 +66,15 @@ class EmbeddedQuotaService(QuotaService):
         self._local.renew(reservation)
 
     async def settle(self, reservation: Reservation, *, prompt_tokens: int, completion_tokens: int,
-                     model: str, cached_tokens: int = 0, channel: str | None = None) -> None:
+                     model: str, cached_tokens: int = 0, channel: str | None = None, outcome: str = "ok") -> None:
         check_counts(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cached_tokens=cached_tokens)
         settled = replace(reservation, model=model)
         cost = settled_cost(reservation, prompt_tokens=prompt_tokens, cached_tokens=cached_tokens,
                             completion_tokens=completion_tokens, channel=channel)
         spend = Spend(min(cached_tokens, prompt_tokens), cost, channel or "")
+        audit = AuditRecord.of(settled, prompt_tokens, completion_tokens, spend, outcome) if self._audit_days else None
         self._local.settle(reservation, prompt_tokens + completion_tokens,
-                           lambda: self._catalog.record_usage(settled, prompt_tokens, completion_tokens, spend),
+                           lambda: self._catalog.record_usage(settled, prompt_tokens, completion_tokens, spend, audit),
                            cost=cost)
 
     async def close(self) -> None:

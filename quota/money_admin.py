@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from quota.admin import QuotaAdmin
+from quota.audit import AuditRecord
 from quota.balance import BalanceEntry, parse_top_up
 from quota.catalog import Catalog
 from quota.money import Price
@@ -52,6 +53,11 @@ class MoneyAdmin:
         entry = await self._catalog.add_balance(account_id, amount, note, self._clock())
         self._on_top_up(account_id, amount)
         return entry
+
+    async def requests(self, account_id: str, day: int, limit: int) -> list[AuditRecord]:
+        """The account's audit records of one UTC day (days since the epoch), oldest first."""
+        await self._admin.get_account(account_id)
+        return await self._catalog.requests(account_id, day, limit)
 
     async def balance(self, account_id: str) -> tuple[int | None, list[BalanceEntry]]:
         await self._admin.get_account(account_id)

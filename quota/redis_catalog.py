@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from quota import redis_keys as rk
+from quota.audit import AuditRecord
 from quota.balance import JOURNAL_SHOWN, BalanceEntry
 from quota.catalog import UsageQuery
 from quota.money import Price
@@ -151,6 +152,10 @@ class RedisCatalog:
         state = rk.level_keys(account_id, Level.account, account_id)[0]
         balance = await self._top_up(keys=[state, rk.balance_journal(account_id)], args=[amount, f"{at:.3f}", note])
         return BalanceEntry(at, amount, note, int(balance))
+
+    async def requests(self, account_id: str, day: int, limit: int) -> list[AuditRecord]:
+        return [AuditRecord.decode(str(line)) for line in await self._r.lrange(rk.audit_key(account_id, day), 0,
+                                                                                limit - 1)]
 
     async def balance(self, account_id: str) -> tuple[int | None, list[BalanceEntry]]:
         state = rk.level_keys(account_id, Level.account, account_id)[0]

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -19,12 +19,11 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from config.stores import OnRedisDown, StoreSettings
-from limiter import compose, libraries
-from limiter.lua import read_lua
+from limiter import compose
 from quota import redis_keys as rk
 from quota.admin import QuotaAdmin
 from quota.local_admission import Charge, LocalAdmission, reservation_id
-from quota.money import Budget, Quote
+from quota.money import Budget, Quote, Spend
 from quota.money_admin import MoneyAdmin
 from quota.quotes import Quoter, settled_cost
 from quota.records import (
@@ -40,6 +39,7 @@ from quota.records import (
 )
 from quota.redis_catalog import RedisCatalog, ledger_field
 from quota.redis_down import local_quota
+from quota.redis_money import MONEY_CODES, AuditLines, quota_script
 from quota.script_batch import PackedKeys, ScriptBatcher
 from quota.service import QuotaService, StoreUnavailable, check_counts
 
@@ -49,12 +49,6 @@ LIMIT_CODES = [LimitName.rpm, LimitName.tpm, LimitName.concurrency, LimitName.to
 POOL_SIZE = 16
 POOL_WAIT = 5.0  # waiting for a free connection is queueing, not an outage
 MAX_PENDING = 1_000_000  # settlements waiting for Redis; beyond this the oldest are dropped
-MONEY_CODES = {21: LimitName.budget, 22: LimitName.balance}  # budget.lua's refusal codes
-
-
-def quota_script(entry: str) -> str:
-    """An entry script of quota/ after the limiter libraries and quota's own money library."""
-    return "\n".join((libraries(), read_lua("quota", "budget"), read_lua("quota", entry)))
 
 
 @dataclass(slots=True)
@@ -72,9 +66,8 @@ class _Settlement:
     reservation: Reservation
     prompt_tokens: int
     completion_tokens: int
-    cached_tokens: int = 0
-    cost: int = 0
-    channel: str = ""
+    spend: Spend = field(default_factory=Spend)
+    outcome: str = "ok"
 
 
 class RedisQuotaService(QuotaService):
@@ -90,6 +83,7 @@ class RedisQuotaService(QuotaService):
         self._settle = client.register_script(quota_script("settle"))
         self._renew = client.register_script(compose("limiter", "renew_lease"))
         self._batch = ScriptBatcher(client)
+        self._audit = AuditLines(client, self._batch, settings.audit_retention_days)
         self._local = LocalAdmission(settings.lease_ttl)
         self._plans: dict[str, _KeyPlan] = {}
         self._known_keys: dict[str, ApiKey] = {}  # last answer per secret hash, for a non-closed auth policy
@@ -238,7 +232,7 @@ class RedisQuotaService(QuotaService):
             self._mark_up()
 
     async def settle(self, reservation: Reservation, *, prompt_tokens: int, completion_tokens: int,
-                     model: str, cached_tokens: int = 0, channel: str | None = None) -> None:
+                     model: str, cached_tokens: int = 0, channel: str | None = None, outcome: str = "ok") -> None:
         check_counts(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cached_tokens=cached_tokens)
         reservation = replace(reservation, model=model)
         cost = settled_cost(reservation, prompt_tokens=prompt_tokens, cached_tokens=cached_tokens,
@@ -250,8 +244,8 @@ class RedisQuotaService(QuotaService):
             budgets = tuple(level for level, _ in reservation.levels())
             reservation = replace(reservation, estimated_tokens=0, tpm_levels=(), lease_levels=(),
                                   budget_levels=budgets, cost=0)
-        work = _Settlement(reservation, prompt_tokens, completion_tokens, min(cached_tokens, prompt_tokens), cost,
-                           channel or "")
+        work = _Settlement(reservation, prompt_tokens, completion_tokens,
+                           Spend(min(cached_tokens, prompt_tokens), cost, channel or ""), outcome)
         if not self._pending and self._may_try():
             try:
                 await self._write(work)
@@ -274,14 +268,16 @@ class RedisQuotaService(QuotaService):
                 rk.ledger_index(res.account_id, "hour"), rk.ledger_index(res.account_id, "day")]
         args: list[str | int] = [res.id, res.slot, res.day, res.month, res.estimated_tokens, work.prompt_tokens,
                                  work.completion_tokens,
-                                 ledger_field(res.key_id, res.sub_account_id, res.model, work.channel)]
+                                 ledger_field(res.key_id, res.sub_account_id, res.model, work.spend.channel)]
         for level, level_id in res.levels():
             keys.extend(rk.level_keys(res.account_id, level, level_id))
             args.extend((int(level in res.tpm_levels), int(level in res.lease_levels),
                          int(level in res.budget_levels)))
         fields = res.budget_fields or ("-",) * len(res.levels())
-        args.extend((work.cost, res.cost, work.cached_tokens, int(res.balance), *fields))
-        await self._batch.call(self._settle, keys, args)
+        args.extend((work.spend.cost, res.cost, work.spend.cached_tokens, int(res.balance), *fields))
+        settled = self._batch.call(self._settle, keys, args)
+        audit = self._audit.write(res, work.prompt_tokens, work.completion_tokens, work.spend, work.outcome)
+        await (settled if audit is None else asyncio.gather(settled, audit))
 
     async def flush_pending(self) -> int:
         """Writes settlements that waited for Redis, oldest first; returns how many are still waiting.

@@ -77,9 +77,10 @@ class QuotaService(ABC):
 
     @abstractmethod
     async def settle(self, reservation: Reservation, *, prompt_tokens: int, completion_tokens: int,
-                     model: str, cached_tokens: int = 0, channel: str | None = None) -> None:
+                     model: str, cached_tokens: int = 0, channel: str | None = None, outcome: str = "ok") -> None:
         """Replaces the estimate with real usage and writes the ledger with the cost at the prices the request
-        was admitted with (the channel's own price when it has one); a second call is a no-op."""
+        was admitted with (the channel's own price when it has one), and the request's audit record; a second
+        call is a no-op."""
 
     @abstractmethod
     async def close(self) -> None: ...

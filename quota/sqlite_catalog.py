@@ -8,6 +8,7 @@ import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
+from quota.audit import AuditRecord
 from quota.balance import JOURNAL_SHOWN, BalanceEntry
 from quota.calendar import month_days
 from quota.catalog import UsageQuery
@@ -28,6 +29,8 @@ CREATE TABLE IF NOT EXISTS usage (
 CREATE TABLE IF NOT EXISTS prices (model TEXT NOT NULL, channel TEXT, input INTEGER NOT NULL,
     cached_input INTEGER NOT NULL, output INTEGER NOT NULL, effective_from REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS balances (account_id TEXT PRIMARY KEY, balance INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS audit (account_id TEXT NOT NULL, day INTEGER NOT NULL, line TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS audit_by_day ON audit (account_id, day);
 CREATE TABLE IF NOT EXISTS balance_journal (account_id TEXT NOT NULL, at REAL NOT NULL, amount INTEGER NOT NULL,
     note TEXT NOT NULL, balance INTEGER NOT NULL);
 """
@@ -39,6 +42,7 @@ INSERT INTO usage (granularity, period, account_id, sub_account_id, key_id, mode
     completion_tokens, requests) SELECT * FROM usage_tokens_only;
 DROP TABLE usage_tokens_only;
 """
+PRUNE_AUDIT_EVERY = 1000  # settlements between two deletions of audit records past their retention
 LEVEL_COLUMN = {Level.key: "key_id", Level.sub_account: "sub_account_id", Level.account: "account_id"}
 
 
@@ -55,6 +59,8 @@ class SqliteCatalog:
             self._db.executescript("BEGIN;" + MONEY_MIGRATION.format(schema=SCHEMA) + "COMMIT;")
         self._db.executescript(SCHEMA)
         self._lock = threading.Lock()
+        self.audit_retention = 0  # seconds
+        self._audited = 0
 
     def close(self) -> None:
         with self._lock:
@@ -113,7 +119,7 @@ class SqliteCatalog:
         return [from_json(ApiKey, json.loads(str(r[0]))) for r in rows]
 
     def record_usage(self, reservation: Reservation, prompt_tokens: int, completion_tokens: int,
-                     spend: Spend | None = None) -> None:
+                     spend: Spend | None = None, audit: AuditRecord | None = None) -> None:
         """Adds one settled request to its hour and day rows (and its cost to a prepaid balance), in one
         transaction."""
         res, spend = reservation, spend or Spend()
@@ -131,6 +137,11 @@ class SqliteCatalog:
             if res.balance:
                 self._db.execute("UPDATE balances SET balance = balance - ? WHERE account_id = ?",
                                  (spend.cost, res.account_id))
+            if audit is not None:
+                self._db.execute("INSERT INTO audit VALUES (?, ?, ?)", (res.account_id, res.day, audit.encode()))
+                self._audited += 1
+                if self._audited % PRUNE_AUDIT_EVERY == 0:
+                    self._db.execute("DELETE FROM audit WHERE day < ?", (res.day - self.audit_retention // 86400,))
 
     def tokens_used(self, level: Level, level_id: str, period_kind: str, period: int) -> int:
         """Settled tokens of one level in a day or a month, to seed budget counters after a restart."""
@@ -139,6 +150,11 @@ class SqliteCatalog:
             f"SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0) FROM usage WHERE granularity = 'day'"
             f" AND period BETWEEN ? AND ? AND {LEVEL_COLUMN[level]} = ?", (first, last, level_id))
         return int(str(rows[0][0]))
+
+    async def requests(self, account_id: str, day: int, limit: int) -> list[AuditRecord]:
+        rows = self._rows("SELECT line FROM audit WHERE account_id = ? AND day = ? ORDER BY rowid LIMIT ?",
+                          (account_id, day, limit))
+        return [AuditRecord.decode(str(r[0])) for r in rows]
 
     def cost_spent(self, level: Level, level_id: str, first: int, end: int) -> int:
         """Settled cost of one level in the hours from `first` to `end` (seconds), to seed spend after a restart."""

@@ -39,6 +39,8 @@ async def test_a_stream_cut_halfway_is_charged_for_what_was_generated(
     assert row["completion_tokens"] == generated and row["channel"] == "c0"
     expected = (Decimal(row["prompt_tokens"]) * 1 + generated * 2) / 10**6
     assert Decimal(str(usage["cost"])) == expected and usage["currency"] == "USD"
+    audit = (await gateway.admin.get(f"/admin/accounts/{row['account_id']}/requests")).json()["data"]
+    assert [(r["key_id"], r["completion_tokens"], r["outcome"]) for r in audit] == [(key_id, generated, "cut")]
     metrics = (await gateway.admin.get("/metrics")).text
     assert f'tidegate_spend_total{{account="{row["account_id"]}",model="smollm2"}} {float(expected)}' in metrics
 

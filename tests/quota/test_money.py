@@ -10,6 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+import redis
 
 from quota import Admission, KeyInfo, Level, LimitName, QuotaService, open_store
 from quota.embedded import EmbeddedQuotaService
@@ -141,3 +142,35 @@ async def test_the_embedded_store_keeps_spend_and_balances_across_a_restart(tmp_
         assert balance == 10**6 - 2 * 400
     finally:
         await service.close()
+
+
+async def test_each_settled_request_leaves_a_compact_audit_record_without_content(service: QuotaService) -> None:
+    await service.money.set_price("smollm2", PRICE)
+    tenant = await make_tenant(service)
+    answers = [await admit(service, tenant.keys[0]) for _ in range(3)]
+    for n, answer in enumerate(answers):
+        assert answer.reservation is not None
+        await service.settle(answer.reservation, prompt_tokens=40, completion_tokens=n, cached_tokens=8,
+                             model="smollm2", channel="c0", outcome="cut" if n == 2 else "ok")
+    day = answers[0].reservation.day if answers[0].reservation else 0
+    records = await service.money.requests(tenant.account_id, day, 10)
+    assert [(r.request_id, r.completion_tokens, r.outcome) for r in records] == [
+        (a.reservation.request_id, n, "cut" if n == 2 else "ok") for n, a in enumerate(answers) if a.reservation]
+    assert records[2].cost == 32 * 2 + 8 // 2 + 2 * 4 and records[2].channel == "c0"
+    assert all(len(r.encode()) < 100 for r in records)  # ids, counts and the outcome: never a prompt
+
+
+@pytest.mark.parametrize("store_kind", ["redis"])
+async def test_a_day_of_audit_records_costs_under_100_bytes_per_request_in_redis(
+        service: QuotaService, redis_server: RedisServer) -> None:
+    tenant = await make_tenant(service)
+    for _ in range(1000):
+        answer = await admit(service, tenant.keys[0])
+        assert answer.reservation is not None
+        await service.settle(answer.reservation, prompt_tokens=1834, completion_tokens=412, cached_tokens=1024,
+                             model="smollm2", channel="local-1")
+    client = redis.Redis.from_url(redis_server.url)
+    lists = client.keys("*:audit:*")
+    assert len(lists) == 1 and client.llen(lists[0]) == 1000
+    assert client.memory_usage(lists[0]) / 1000 < 100
+    assert 0 < client.ttl(lists[0]) <= 31 * 86400  # kept for the retention (30 days by default), then gone
