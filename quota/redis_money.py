@@ -20,9 +20,10 @@ MONEY_CODES = {21: LimitName.budget, 22: LimitName.balance}
 AUDIT = "redis.call('RPUSH', KEYS[1], ARGV[1]) redis.call('EXPIRE', KEYS[1], ARGV[2])"
 
 
-def quota_script(entry: str) -> str:
-    """An entry script of quota/ after the limiter libraries and quota's own money library."""
-    return "\n".join((libraries(), read_lua("quota", "budget"), read_lua("quota", entry)))
+def quota_script(entry: str, clock_lua: str = "") -> str:
+    """An entry script of quota/ after the limiter libraries and quota's own money library; `clock_lua`, a
+    test's own `server_time`, shadows Redis TIME for the entry script only."""
+    return "\n".join((libraries(), clock_lua, read_lua("quota", "budget"), read_lua("quota", entry)))
 
 
 class AuditLines:

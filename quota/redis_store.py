@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -71,16 +72,19 @@ class _Settlement:
 
 
 class RedisQuotaService(QuotaService):
-    def __init__(self, settings: StoreSettings, client: Redis) -> None:
+    def __init__(self, settings: StoreSettings, client: Redis, clock: Callable[[], float] = time.time,
+                 clock_lua: str = "") -> None:
+        """`clock` and `clock_lua` (a Lua `server_time`) are for tests of calendar boundaries; `open`, which the
+        gateway uses, never sets them, so production reads Redis TIME."""
         super().__init__(settings.auth_cache_ttl)
         self._settings = settings
         self._r = client
         self._catalog = RedisCatalog(client)
         self.admin = QuotaAdmin(self._catalog, on_change=self._forget)
-        self._quoter = Quoter(self.admin, self._catalog.list_prices, settings.auth_cache_ttl)
-        self.money = MoneyAdmin(self._catalog, self.admin, self._quoter.forget)
-        self._admit = client.register_script(quota_script("admit"))
-        self._settle = client.register_script(quota_script("settle"))
+        self._quoter = Quoter(self.admin, self._catalog.list_prices, settings.auth_cache_ttl, clock)
+        self.money = MoneyAdmin(self._catalog, self.admin, self._quoter.forget, clock=clock)
+        self._admit = client.register_script(quota_script("admit", clock_lua))
+        self._settle = client.register_script(quota_script("settle", clock_lua))
         self._renew = client.register_script(compose("limiter", "renew_lease"))
         self._batch = ScriptBatcher(client)
         self._audit = AuditLines(client, self._batch, settings.audit_retention_days)

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 import redis
+import redis.asyncio
 
 from quota import Admission, KeyInfo, Level, LimitName, QuotaService, open_store
 from quota.embedded import EmbeddedQuotaService
+from quota.redis_store import RedisQuotaService
 from tests.quota.conftest import make_tenant, store_settings
 from tests.servers import RedisServer
 
@@ -174,3 +176,38 @@ async def test_a_day_of_audit_records_costs_under_100_bytes_per_request_in_redis
     assert len(lists) == 1 and client.llen(lists[0]) == 1000
     assert client.memory_usage(lists[0]) / 1000 < 100
     assert 0 < client.ttl(lists[0]) <= 31 * 86400  # kept for the retention (30 days by default), then gone
+
+
+# a test's own clock for the Redis scripts, read from a key the test sets (Redis TIME cannot be moved)
+FAKE_SERVER_TIME = """
+local function server_time()
+  local ms = tonumber(redis.call('GET', 'test:now_ms'))
+  return math.floor(ms / 1000), ms
+end
+"""
+
+
+async def test_a_weekly_budget_renews_on_monday_in_los_angeles_with_the_store_clock(
+        tmp_path: Path, redis_server: RedisServer) -> None:
+    now = [datetime(2026, 3, 2, 7, 59, 58, tzinfo=UTC).timestamp()]  # Sunday 23:59:58 in Los Angeles (UTC-8)
+    settings = store_settings("redis", tmp_path, redis_server)
+    client = redis.asyncio.Redis.from_url(redis_server.url, decode_responses=True)
+    service = RedisQuotaService(settings, client, clock=lambda: now[0], clock_lua=FAKE_SERVER_TIME)
+
+    async def admit_at(moment: float) -> Admission:
+        now[0] = moment
+        await client.set("test:now_ms", int(moment * 1000))
+        return await admit(service, tenant.keys[0])
+
+    try:
+        await service.money.set_price("smollm2", PRICE)
+        tenant = await make_tenant(service, sub={"budget": {"amount": str(MAX_COST), "window": "week"}})
+        await service.admin.update_account(tenant.account_id, timezone="America/Los_Angeles")
+        assert (await admit_at(now[0])).admitted
+        refused = await admit_at(now[0] + 1)
+        assert (refused.refused_level, refused.refused_limit) == (Level.sub_account, LimitName.budget)
+        assert refused.retry_after == pytest.approx(1.0)  # Monday 00:00 in Los Angeles, 08:00 UTC
+        assert (await admit_at(now[0] + 1)).admitted
+        assert not (await admit_at(now[0] + 6 * 86400)).admitted  # Sunday 00:00 there: the same week
+    finally:
+        await service.close()
