@@ -60,6 +60,7 @@ class _KeyPlan:
     keys: PackedKeys
     raw_quotas: list[str] | None = None
     charges: list[Charge] | None = None
+    balance: bool = False  # the account has a prepaid balance, which only Redis can hold to account
 
 
 @dataclass(slots=True)
@@ -187,6 +188,7 @@ class RedisQuotaService(QuotaService):
         money_at = 13 + 5 * len(plan.levels)
         money = reply[money_at:money_at + 2 * len(plan.levels)]
         charges = _charges(plan, reply[13:money_at], money[0::2])
+        plan.balance = reply[money_at + 2 * len(plan.levels)] == "1"
         rate = RateInfo(*_window(reply[7:10]), *_window(reply[10:13]))
         if not admitted:
             limit = MONEY_CODES[code] if code in MONEY_CODES else LIMIT_CODES[code - 1]
@@ -200,7 +202,7 @@ class RedisQuotaService(QuotaService):
             budget_levels=tuple(c.level for c in charges
                                 if c.quota.tokens_per_day is not None or c.quota.tokens_per_month is not None),
             cost=quote.cost, prices=quote.prices, multiplier=quote.multiplier,
-            budget_fields=tuple(str(f) for f in money[1::2]), balance=reply[money_at + 2 * len(plan.levels)] == "1",
+            budget_fields=tuple(str(f) for f in money[1::2]), balance=plan.balance,
         )
         return Admission(True, reservation, rate=rate)
 
@@ -208,6 +210,8 @@ class RedisQuotaService(QuotaService):
                   request_id: str, quote: Quote) -> Admission:
         policy, replicas = self._settings.redis_down, self._settings.gateway_replicas
         if plan.charges is None:  # never saw this key's quotas: nothing safe to enforce
+            return Admission(False, degraded=True, unavailable=True)
+        if plan.balance and policy.budgets != OnRedisDown.fail_open:  # a balance cannot be split over replicas
             return Admission(False, degraded=True, unavailable=True)
         charges = []
         for charge in plan.charges:

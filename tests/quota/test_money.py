@@ -211,3 +211,18 @@ async def test_a_weekly_budget_renews_on_monday_in_los_angeles_with_the_store_cl
         assert not (await admit_at(now[0] + 6 * 86400)).admitted  # Sunday 00:00 there: the same week
     finally:
         await service.close()
+
+
+@pytest.mark.parametrize("store_kind", ["redis"])
+async def test_budgets_and_balances_fail_closed_while_redis_is_down(service: QuotaService,
+                                                                   redis_server: RedisServer) -> None:
+    await service.money.set_price("smollm2", PRICE)
+    budget = await make_tenant(service, key={"budget": {"amount": 1, "window": "day"}})
+    prepaid = await make_tenant(service)
+    await service.money.top_up(prepaid.account_id, {"amount": 1})
+    for tenant in (budget, prepaid):
+        assert (await admit(service, tenant.keys[0])).admitted
+    redis_server.kill()
+    for tenant in (budget, prepaid):
+        answer = await admit(service, tenant.keys[0])
+        assert (answer.admitted, answer.unavailable, answer.degraded) == (False, True, True)
