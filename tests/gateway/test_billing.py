@@ -65,7 +65,9 @@ async def test_a_prepaid_account_is_refused_with_insufficient_quota_naming_the_a
 
 async def test_usage_reports_group_by_account_and_model_per_period_as_json_and_csv(
         upstreams: Start, gateway_for: StartGateway) -> None:
-    gateway = await gateway_for([await upstreams()])
+    upstream = await upstreams()
+    gateway = await gateway_for([], channels=[{"name": "own", "base_url": upstream.base_url, "models": ["smollm2"],
+                                               "cost_per_hour": 1.5}])
     await gateway.admin.put("/admin/prices/smollm2", json=PRICE)
     _, secret = await gateway.key()
     for max_tokens in (2, 3):
@@ -82,6 +84,10 @@ async def test_usage_reports_group_by_account_and_model_per_period_as_json_and_c
     header, line = csv.text.splitlines()
     assert header == "period_start,model,prompt_tokens,cached_tokens,completion_tokens,requests,cost"
     assert line.split(",")[1] == "smollm2" and line.split(",")[5] == "2"
+    unit = (await gateway.admin.get("/admin/unit-cost")).json()["data"]
+    assert [(u["channel"], u["tokens"]) for u in unit] == [("own", report["prompt_tokens"] + 5)]
+    today = unit[0]
+    assert today["cost_per_million_tokens"] == pytest.approx(today["running_cost"] * 1e6 / today["tokens"], rel=1e-3)
     prices = (await gateway.admin.get("/admin/prices")).json()["data"]
     assert [(p["model"], p["input"], p["output"]) for p in prices] == [("smollm2", 1.0, 2.0)]
 

@@ -15,7 +15,9 @@ import redis.asyncio
 
 from quota import Admission, KeyInfo, Level, LimitName, QuotaService, open_store
 from quota.embedded import EmbeddedQuotaService
+from quota.records import UsageRow
 from quota.redis_store import RedisQuotaService
+from quota.unit_cost import unit_costs
 from tests.quota.conftest import make_tenant, store_settings
 from tests.servers import RedisServer
 
@@ -226,3 +228,12 @@ async def test_budgets_and_balances_fail_closed_while_redis_is_down(service: Quo
     for tenant in (budget, prepaid):
         answer = await admit(service, tenant.keys[0])
         assert (answer.admitted, answer.unavailable, answer.degraded) == (False, True, True)
+
+
+def test_unit_cost_is_a_days_running_cost_over_the_tokens_served() -> None:
+    day = datetime(2026, 3, 2, tzinfo=UTC)
+    rows = [UsageRow(day, "a", None, "k", "smollm2", 150_000_000, 30_000_000, 9, channel="own-gpu"),
+            UsageRow(day, "a", None, "k", "smollm2", 5, 5, 1, channel="cloud")]
+    costs = unit_costs(rows, {"own-gpu": 2.40, "cloud": 0.0}, now=day.timestamp() + 3 * 86400)
+    assert costs == [{"day": "2026-03-02", "channel": "own-gpu", "tokens": 180_000_000, "hours": 24.0,
+                      "running_cost": 57.6, "cost_per_million_tokens": 0.32}]
