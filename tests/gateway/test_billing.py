@@ -13,8 +13,10 @@ from decimal import Decimal
 import openai
 import pytest
 
+from gateway.admission import estimate_prompt_tokens
 from tests.gateway.harness import ADMIN_KEY, GatewayHarness
 from tests.gateway.upstreams import Fault, MockUpstream
+from tests.servers import RedisServer
 
 Start = Callable[..., Awaitable[MockUpstream]]
 StartGateway = Callable[..., Awaitable[GatewayHarness]]
@@ -142,3 +144,26 @@ async def test_the_admin_cli_sets_prices_tops_up_and_exports_usage_as_csv(
     await gateway.client(secret).completions.create(model="smollm2", prompt="a", max_tokens=2)
     exported = await cli("usage", "--group-by", "account,model", "--granularity", "month", "--format", "csv")
     assert exported.splitlines()[1].split(",")[1:3] == [account_id, "smollm2"]
+
+
+async def test_forty_concurrent_requests_through_two_gateway_replicas_spend_exactly_a_budget_for_25(
+        upstreams: Start, gateway_for: StartGateway, redis_server: RedisServer) -> None:
+    upstream = await upstreams(chunk_delay=0.6)  # each answer takes 3 s: all 40 are admitted while 25 are held
+    first = await gateway_for([upstream], redis_url=redis_server.url)
+    second = await gateway_for([upstream], redis_url=redis_server.url)
+    await first.admin.put("/admin/prices/smollm2", json={"input": 1.0, "output": 2.0})
+    prompt, max_tokens = "count to five", 5
+    max_cost = estimate_prompt_tokens({"prompt": prompt}, image_tokens=0) * 1 + max_tokens * 2  # micro-units
+    budget = {"amount": str(Decimal(25 * max_cost) / 10**6), "window": "day"}
+    key_id, secret = await first.key(quota={"budget": budget})
+    clients = [first.client(secret), second.client(secret)]
+    answers = await asyncio.gather(*(clients[n % 2].completions.create(model="smollm2", prompt=prompt,
+                                                                        max_tokens=max_tokens)
+                                     for n in range(40)), return_exceptions=True)
+    served = [a for a in answers if not isinstance(a, BaseException)]
+    refused = [a for a in answers if isinstance(a, openai.RateLimitError)]
+    assert (len(served), len(refused)) == (25, 15)
+    assert {r.code for r in refused} == {"insufficient_quota"}
+    usage = await second.usage(key_id=key_id)
+    expected = sum(Decimal(a.usage.prompt_tokens * 1 + a.usage.completion_tokens * 2) for a in served if a.usage)
+    assert Decimal(str(usage["cost"])) * 10**6 == expected <= 25 * max_cost
