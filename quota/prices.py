@@ -91,19 +91,22 @@ def max_cost(prices: tuple[Price, ...], multiplier: int, *, prompt_tokens: int, 
 
 
 class PriceList:
-    """The store's prices, reread at most every `ttl` seconds (a change reaches every replica within it)."""
+    """The store's prices by model, reread at most every `ttl` seconds (a change reaches every replica within
+    it); an admission looks at its model's history only."""
 
     def __init__(self, load: Callable[[], Awaitable[list[Price]]], ttl: float) -> None:
         self._load = load
         self._ttl = ttl
-        self._prices: list[Price] = []
+        self._by_model: dict[str, list[Price]] = {}
         self._read_at = float("-inf")
 
-    async def current(self) -> list[Price]:
+    async def of_model(self, model: str) -> list[Price]:
         if time.monotonic() - self._read_at >= self._ttl:
-            self._prices = await self._load()
-            self._read_at = time.monotonic()
-        return self._prices
+            by_model: dict[str, list[Price]] = {}
+            for price in await self._load():
+                by_model.setdefault(price.model, []).append(price)
+            self._by_model, self._read_at = by_model, time.monotonic()
+        return self._by_model.get(model, [])
 
     def forget(self) -> None:
         self._read_at = float("-inf")

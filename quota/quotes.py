@@ -29,7 +29,7 @@ class Quoter:
     async def quote(self, account_id: str, model: str, *, prompt_tokens: int, max_output_tokens: int) -> Quote:
         now = self._clock()
         account = await self._account(account_id)
-        prices = in_force(await self.prices.current(), model, now)
+        prices = in_force(await self.prices.of_model(model), model, now)
         multiplier = multiplier_ppm(account.price_multiplier)
         cost = max_cost(prices, multiplier, prompt_tokens=prompt_tokens, max_output_tokens=max_output_tokens)
         return Quote(cost, prices, multiplier, self._calendar(account.timezone, now))
