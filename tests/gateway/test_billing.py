@@ -167,3 +167,17 @@ async def test_forty_concurrent_requests_through_two_gateway_replicas_spend_exac
     usage = await second.usage(key_id=key_id)
     expected = sum(Decimal(a.usage.prompt_tokens * 1 + a.usage.completion_tokens * 2) for a in served if a.usage)
     assert Decimal(str(usage["cost"])) * 10**6 == expected <= 25 * max_cost
+
+
+async def test_prompt_tokens_the_real_backend_served_from_its_cache_are_charged_at_the_cached_price(
+        backend_gateway: GatewayHarness) -> None:
+    gateway = backend_gateway
+    await gateway.admin.put("/admin/prices/smollm2", json={"input": 1.0, "cached_input": 0.0, "output": 0.0})
+    key_id, secret = await gateway.key()
+    prompt = "The quick brown fox jumps over the lazy dog. " * 8  # several full KV blocks
+    for _ in range(2):
+        await gateway.client(secret, timeout=120).completions.create(model="smollm2", prompt=prompt, max_tokens=1)
+    usage = await gateway.usage(key_id=key_id)
+    cached = sum(row["cached_tokens"] for row in usage["rows"])
+    assert cached >= 16  # the second request's prefix came from the backend's prefix cache
+    assert Decimal(str(usage["cost"])) == Decimal(usage["prompt_tokens"] - cached) / 10**6
