@@ -20,7 +20,7 @@ CALENDAR = ("day", "week", "month")
 def zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a region's folder ("America"), a long name
         raise InvalidRequest(f"timezone must be an IANA time zone name such as Asia/Shanghai, not {name!r}") from None
 
 

@@ -21,8 +21,9 @@ def to_micro(value: object, name: str) -> int:
         amount = Decimal(str(value)) * MICRO
     except InvalidOperation:
         raise InvalidRequest(f"{name} must be a number, not {value!r}") from None
-    if not amount.is_finite() or amount < 0 or amount > 10**18 or amount != amount.to_integral_value():
-        raise InvalidRequest(f"{name} must be a non-negative amount with at most 6 decimals, not {value!r}")
+    # the scripts' numbers are doubles: exact up to 2^53 micro-units, so amounts stop at a billion units
+    if not amount.is_finite() or amount < 0 or amount > 10**15 or amount != amount.to_integral_value():
+        raise InvalidRequest(f"{name} must be an amount from 0 to 10^9 with at most 6 decimals, not {value!r}")
     return int(amount)
 
 
