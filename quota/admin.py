@@ -233,5 +233,5 @@ class QuotaAdmin:
         """Prompt and completion tokens and request counts per period, key and model, with totals."""
         if granularity not in ("hour", "day"):
             raise InvalidRequest("granularity must be 'hour' or 'day'")
-        query = UsageQuery(account_id, sub_account_id, key_id, model, parse_time(start), parse_time(end), granularity)
+        query = UsageQuery(account_id, sub_account_id, key_id, model, parse_time(start, "start"), parse_time(end, "end"), granularity)
         return UsageReport.of(await self._catalog.usage(query))
