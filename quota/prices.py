@@ -106,6 +106,9 @@ class PriceList:
             for price in await self._load():
                 by_model.setdefault(price.model, []).append(price)
             self._by_model, self._read_at = by_model, time.monotonic()
+        return self.last_read(model)
+
+    def last_read(self, model: str) -> list[Price]:
         return self._by_model.get(model, [])
 
     def forget(self) -> None:

@@ -27,9 +27,22 @@ class Quoter:
         self._bounds: dict[str, tuple[int, tuple[int, ...]]] = {}
 
     async def quote(self, account_id: str, model: str, *, prompt_tokens: int, max_output_tokens: int) -> Quote:
-        now = self._clock()
         account = await self._account(account_id)
-        prices = in_force(await self.prices.of_model(model), model, now)
+        await self.prices.of_model(model)
+        return self.last_known(account_id, model, prompt_tokens=prompt_tokens, max_output_tokens=max_output_tokens,
+                               account=account)
+
+    def last_known(self, account_id: str, model: str, *, prompt_tokens: int, max_output_tokens: int,
+                   account: Account | None = None) -> Quote:
+        """The quote from what was last read, without the store: for admissions while it is out of reach (an
+        account never read is priced at no cost, which only a fail-open budget policy lets through)."""
+        now = self._clock()
+        if account is None:
+            cached = self._accounts.get(account_id)
+            if cached is None:
+                return Quote()
+            account = cached[1]
+        prices = in_force(self.prices.last_read(model), model, now)
         multiplier = multiplier_ppm(account.price_multiplier)
         cost = max_cost(prices, multiplier, prompt_tokens=prompt_tokens, max_output_tokens=max_output_tokens)
         return Quote(cost, prices, multiplier, self._calendar(account.timezone, now))

@@ -166,12 +166,12 @@ class RedisQuotaService(QuotaService):
                     max_output_tokens: int = 0) -> Admission:
         check_counts(estimated_tokens=estimated_tokens, max_output_tokens=max_output_tokens)
         plan = self._plan(key)
-        quote = Quote()
+        prompt_tokens = max(estimated_tokens - max_output_tokens, 0)
         if self._may_try():
             member = reservation_id(request_id)
             try:
                 quote = await self._quoter.quote(key.account_id, model, max_output_tokens=max_output_tokens,
-                                                 prompt_tokens=max(estimated_tokens - max_output_tokens, 0))
+                                                 prompt_tokens=prompt_tokens)
                 reply = await self._batch.call(self._admit, plan.keys,
                                                [estimated_tokens, int(self._settings.lease_ttl * 1000), member,
                                                 quote.cost, *quote.bounds])
@@ -180,6 +180,8 @@ class RedisQuotaService(QuotaService):
             else:
                 self._mark_up()
                 return self._answer(plan, key, reply, member, model, estimated_tokens, request_id, quote)
+        quote = self._quoter.last_known(key.account_id, model, prompt_tokens=prompt_tokens,
+                                        max_output_tokens=max_output_tokens)
         return self._fallback(plan, key, model, estimated_tokens, request_id, quote)
 
     def _answer(self, plan: _KeyPlan, key: KeyInfo, reply: list[Any], member: str, model: str,

@@ -13,6 +13,7 @@ import pytest
 import redis
 import redis.asyncio
 
+from config.stores import OnRedisDown, RedisDownPolicy
 from quota import Admission, KeyInfo, Level, LimitName, QuotaService, open_store
 from quota.embedded import EmbeddedQuotaService
 from quota.records import UsageRow
@@ -237,3 +238,20 @@ def test_unit_cost_is_a_days_running_cost_over_the_tokens_served() -> None:
     costs = unit_costs(rows, {"own-gpu": 2.40, "cloud": 0.0}, now=day.timestamp() + 3 * 86400)
     assert costs == [{"day": "2026-03-02", "channel": "own-gpu", "tokens": 180_000_000, "hours": 24.0,
                       "running_cost": 57.6, "cost_per_million_tokens": 0.32}]
+
+
+async def test_a_local_budget_policy_prices_requests_from_what_it_last_read_while_redis_is_down(
+        tmp_path: Path, redis_server: RedisServer) -> None:
+    policy = RedisDownPolicy(budgets=OnRedisDown.local)
+    service = await open_store(store_settings("redis", tmp_path, redis_server, redis_down=policy,
+                                              gateway_replicas=2))
+    try:
+        await service.money.set_price("smollm2", PRICE)
+        tenant = await make_tenant(service, key={"budget": {"amount": str(4 * MAX_COST), "window": "day"}})
+        assert (await admit(service, tenant.keys[0])).admitted
+        redis_server.kill()
+        answers = [await admit(service, tenant.keys[0]) for _ in range(3)]
+        assert [a.admitted for a in answers] == [True, True, False]  # half the budget on each of two replicas
+        assert answers[2].refused_limit is LimitName.budget and all(a.degraded for a in answers)
+    finally:
+        await service.close()
