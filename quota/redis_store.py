@@ -252,8 +252,9 @@ class RedisQuotaService(QuotaService):
                 return
             # Redis's counters never held this estimate: replay only the ledger and the budgets.
             budgets = tuple(level for level, _ in reservation.levels())
+            plan = self._plans.get(reservation.key_id)  # a fail-open balance still pays for what was served
             reservation = replace(reservation, estimated_tokens=0, tpm_levels=(), lease_levels=(),
-                                  budget_levels=budgets, cost=0)
+                                  budget_levels=budgets, cost=0, balance=plan is not None and plan.balance)
         work = _Settlement(reservation, prompt_tokens, completion_tokens,
                            Spend(min(cached_tokens, prompt_tokens), cost, channel or ""), outcome)
         if not self._pending and self._may_try():

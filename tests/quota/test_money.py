@@ -19,8 +19,9 @@ from quota.embedded import EmbeddedQuotaService
 from quota.records import UsageRow
 from quota.redis_store import RedisQuotaService
 from quota.unit_cost import unit_costs
-from tests.quota.conftest import make_tenant, store_settings
+from tests.quota.conftest import make_durable, make_tenant, restart_durable, store_settings
 from tests.servers import RedisServer
+from tests.waiting import wait_until_async
 
 PRICE = {"input": 2.0, "cached_input": 0.5, "output": 4.0}  # currency units per million tokens
 NEW_PRICE = {"input": 3.0, "cached_input": 1.0, "output": 6.0}
@@ -253,5 +254,32 @@ async def test_a_local_budget_policy_prices_requests_from_what_it_last_read_whil
         answers = [await admit(service, tenant.keys[0]) for _ in range(3)]
         assert [a.admitted for a in answers] == [True, True, False]  # half the budget on each of two replicas
         assert answers[2].refused_limit is LimitName.budget and all(a.degraded for a in answers)
+    finally:
+        await service.close()
+
+
+async def test_a_fail_open_balance_still_pays_for_requests_served_while_redis_was_down(
+        tmp_path: Path, redis_server: RedisServer) -> None:
+    make_durable(redis_server)
+    policy = RedisDownPolicy(budgets=OnRedisDown.fail_open)
+    service = await open_store(store_settings("redis", tmp_path, redis_server, redis_down=policy,
+                                              redis_retry_interval=0.1))
+    try:
+        await service.money.set_price("smollm2", PRICE)
+        tenant = await make_tenant(service)
+        await service.money.top_up(tenant.account_id, {"amount": 1})
+        before = await admit(service, tenant.keys[0])
+        redis_server.kill()
+        during = await admit(service, tenant.keys[0])
+        assert during.admitted and during.degraded and during.reservation is not None
+        await service.settle(during.reservation, prompt_tokens=100, completion_tokens=10, model="smollm2")
+        restart_durable(redis_server)
+        async def flushed() -> bool:
+            return await service.flush_pending() == 0  # type: ignore[attr-defined]
+
+        await wait_until_async(flushed, timeout=30, what="the outage's settlement written to Redis")
+        balance, _ = await service.money.balance(tenant.account_id)
+        assert balance == 10**6 - 400 - (100 * 2 + 10 * 4)  # the first request's hold, the second's cost
+        assert before.admitted
     finally:
         await service.close()
