@@ -80,11 +80,15 @@ def _json_bytes(value: Any) -> int:
 
 
 def max_output_tokens(body: dict[str, Any], default: int) -> int:
+    """The most completion tokens the answer can hold: each of `n` choices may use the whole limit."""
+    per_choice = default
     for name in ("max_completion_tokens", "max_tokens"):
         value = body.get(name)
         if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return default
+            per_choice = value
+            break
+    choices = body.get("n")
+    return per_choice * (choices if isinstance(choices, int) and not isinstance(choices, bool) and choices > 1 else 1)
 
 
 def rate_headers(rate: RateInfo) -> dict[str, str]:
