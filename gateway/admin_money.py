@@ -40,7 +40,7 @@ class AdminMoney:
             Route("/admin/prices/{model:path}", wrap(self.set_price), methods=["PUT"]),
             Route("/admin/accounts/{id}/balance", wrap(self.top_up), methods=["POST"]),
             Route("/admin/accounts/{id}/balance", wrap(self.balance), methods=["GET"]),
-            Route("/admin/unit-cost", wrap(self.unit_cost), methods=["GET"]),
+            Route("/admin/usage/unit-cost", wrap(self.unit_cost), methods=["GET"]),
             Route("/admin/accounts/{id}/requests", wrap(self.requests), methods=["GET"]),
         ]
 

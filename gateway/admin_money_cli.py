@@ -33,7 +33,7 @@ def add_money_arguments(sub: Any) -> None:
 
 def money_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None, dict[str, str]]:
     if args.resource == "unit-cost":
-        return "GET", "/admin/unit-cost", None, {n: getattr(args, n) for n in ("start", "end") if getattr(args, n)}
+        return "GET", "/admin/usage/unit-cost", None, {n: getattr(args, n) for n in ("start", "end") if getattr(args, n)}
     if args.resource == "prices":
         if args.action == "list":
             return "GET", "/admin/prices", None, {}

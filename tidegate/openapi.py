@@ -164,7 +164,7 @@ def money_paths() -> dict[str, Any]:
                                          **_admin("get", "A prepaid balance and its journal", params=account)},
         "/admin/accounts/{id}/requests": _admin("get", "Per-request audit records of one UTC day", params=[
             *account, _param("day"), _param("limit")]),
-        "/admin/unit-cost": _admin("get", "Cost per million tokens of own channels, per day",
+        "/admin/usage/unit-cost": _admin("get", "Cost per million tokens of own channels, per day",
                                    params=[_param("start"), _param("end")]),
     }
 

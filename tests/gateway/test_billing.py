@@ -92,7 +92,7 @@ async def test_usage_reports_group_by_account_and_model_per_period_as_json_and_c
     header, line = csv.text.splitlines()
     assert header == "period_start,model,prompt_tokens,cached_tokens,completion_tokens,requests,cost"
     assert line.split(",")[1] == "smollm2" and line.split(",")[5] == "2"
-    unit = (await gateway.admin.get("/admin/unit-cost")).json()["data"]
+    unit = (await gateway.admin.get("/admin/usage/unit-cost")).json()["data"]
     assert [(u["channel"], u["tokens"]) for u in unit] == [("own", report["prompt_tokens"] + 5)]
     today = unit[0]
     assert today["cost_per_million_tokens"] == pytest.approx(today["running_cost"] * 1e6 / today["tokens"], rel=1e-3)
