@@ -29,6 +29,8 @@ USAGE_QUERY = {*USAGE_FILTERS, "granularity", "group_by", "format"}
 
 
 class AdminMoney:
+    """Routes added to the admin API's (so its admin-key check and error mapping apply to each)."""
+
     def __init__(self, quota: QuotaService, router: Router, currency: str) -> None:
         self._quota = quota
         self._router = router
