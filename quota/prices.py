@@ -7,10 +7,11 @@ to the micro-unit once per request.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from quota.admin import parse_time
 from quota.errors import InvalidRequest
@@ -90,6 +91,26 @@ def max_cost(prices: tuple[Price, ...], multiplier: int, *, prompt_tokens: int, 
                              completion_tokens=max_output_tokens) for p in prices), default=0)
 
 
+T = TypeVar("T")
+
+
+class SharedRead(Generic[T]):
+    """One store read for all who need it at once: a burst of admissions after the cache lapses reads once,
+    and they resume in the order they arrived, so the store still sees them first come, first served."""
+
+    def __init__(self) -> None:
+        self._reads: dict[str, asyncio.Future[T]] = {}
+
+    async def read(self, name: str, load: Callable[[], Awaitable[T]]) -> T:
+        future = self._reads.get(name)
+        if future is not None and future.get_loop() is not asyncio.get_running_loop():
+            return await load()  # another thread's event loop is reading: this one reads alone
+        if future is None:
+            future = self._reads[name] = asyncio.ensure_future(load())
+            future.add_done_callback(lambda done: self._reads.pop(name) if self._reads.get(name) is done else None)
+        return await future
+
+
 class PriceList:
     """The store's prices by model, reread at most every `ttl` seconds (a change reaches every replica within
     it); an admission looks at its model's history only."""
@@ -99,14 +120,18 @@ class PriceList:
         self._ttl = ttl
         self._by_model: dict[str, list[Price]] = {}
         self._read_at = float("-inf")
+        self._shared: SharedRead[None] = SharedRead()
 
     async def of_model(self, model: str) -> list[Price]:
         if time.monotonic() - self._read_at >= self._ttl:
-            by_model: dict[str, list[Price]] = {}
-            for price in await self._load():
-                by_model.setdefault(price.model, []).append(price)
-            self._by_model, self._read_at = by_model, time.monotonic()
+            await self._shared.read("prices", self._reload)
         return self.last_read(model)
+
+    async def _reload(self) -> None:
+        by_model: dict[str, list[Price]] = {}
+        for price in await self._load():
+            by_model.setdefault(price.model, []).append(price)
+        self._by_model, self._read_at = by_model, time.monotonic()
 
     def last_read(self, model: str) -> list[Price]:
         return self._by_model.get(model, [])

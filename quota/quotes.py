@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from quota.admin import QuotaAdmin
 from quota.budget import calendar_bounds
 from quota.money import Price, Quote
-from quota.prices import PriceList, in_force, max_cost, multiplier_ppm, price_for, request_cost
+from quota.prices import PriceList, SharedRead, in_force, max_cost, multiplier_ppm, price_for, request_cost
 from quota.records import Account, Reservation
 
 
@@ -24,6 +24,7 @@ class Quoter:
         self._ttl = ttl
         self._clock = clock
         self._accounts: dict[str, tuple[float, Account]] = {}
+        self._account_reads: SharedRead[Account] = SharedRead()
         self._bounds: dict[str, tuple[int, tuple[int, ...]]] = {}
 
     async def quote(self, account_id: str, model: str, *, prompt_tokens: int, max_output_tokens: int) -> Quote:
@@ -51,7 +52,7 @@ class Quoter:
         cached = self._accounts.get(account_id)
         if cached is not None and time.monotonic() - cached[0] < self._ttl:
             return cached[1]
-        account = await self._admin.get_account(account_id)
+        account = await self._account_reads.read(account_id, lambda: self._admin.get_account(account_id))
         if len(self._accounts) > 100_000:
             self._accounts.clear()
         self._accounts[account_id] = (time.monotonic(), account)
