@@ -52,6 +52,7 @@ class Channel(BaseModel):
     # ask for a stream even for a non-streamed client, so `first_token` means the first token and a cut answer is
     # charged what was generated; false for upstreams that cannot stream
     stream_upstream: bool = True
+    cost_per_hour: float = Field(default=0.0, ge=0)  # running cost of this channel's replicas, for unit costs
 
     @field_validator("models", mode="before")
     @classmethod
@@ -122,6 +123,16 @@ class ServerLimits(BaseModel):
     max_json_depth: int = Field(default=64, ge=2)  # nesting of arrays and objects in a JSON body
 
 
+class ModelPrice(BaseModel):
+    """A seed price in currency units per million tokens; prices set through the admin API take precedence."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: float = Field(ge=0)
+    cached_input: float | None = Field(default=None, ge=0)  # None: the input price
+    output: float = Field(ge=0)
+
+
 def _default_classes() -> dict[str, PriorityClass]:
     return {
         "realtime": PriorityClass(max_concurrency=64, queue_size=256, queue_timeout=3.0, upstream_priority=0),
@@ -158,6 +169,8 @@ class GatewaySettings(StoreSettings):
     metrics_token: str | None = Field(default=None, min_length=16)  # bearer token /metrics then requires
     metrics_per_account: bool = True  # token series per account and sub-account; off leaves one per kind
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")  # ISO 4217 code of every price and budget
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)  # seed prices per public model name
 
     @model_validator(mode="after")
     def _consistent(self) -> GatewaySettings:

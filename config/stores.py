@@ -43,8 +43,10 @@ class StoreSettings(BaseModel):
     auth_cache_ttl: float = Field(default=1.0, ge=0, le=1.0)
     # While Redis is down, how often one call tries it again to recover.
     redis_retry_interval: float = Field(default=0.5, gt=0)
-    # Audit log entries older than this are dropped as new ones arrive.
+    # Audit log entries (admin changes) older than this are dropped as new ones arrive.
     audit_retention_days: float = Field(default=365.0, gt=0)
+    # Per-request records (ids, tokens, cost, outcome; never content) are kept this many days; 0: none.
+    request_records_retention_days: int = Field(default=30, ge=0, le=3660)
 
     def resolved_data_dir(self) -> Path:
         return self.data_dir.expanduser()

@@ -69,6 +69,12 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/admin/admin-keys"): Rule(OWNERS, "admin-keys.create"),
     ("GET", "/admin/admin-keys"): Rule(OWNERS, "admin-keys.list"),
     ("DELETE", "/admin/admin-keys/{id}"): Rule(OWNERS, "admin-keys.revoke", Scope.admin_key),
+    ("GET", "/admin/prices"): Rule(EVERYONE, "prices.list"),
+    ("PUT", "/admin/prices/{model:path}"): Rule(STAFF, "prices.set"),
+    ("POST", "/admin/accounts/{id}/balance"): Rule(STAFF, "balance.adjust", Scope.account),
+    ("GET", "/admin/accounts/{id}/balance"): Rule(EVERYONE, "balance.read", Scope.account),
+    ("GET", "/admin/accounts/{id}/requests"): Rule(EVERYONE, "requests.read", Scope.account),
+    ("GET", "/admin/usage/unit-cost"): Rule(READERS, "unit-cost.read"),
 }
 KINDS = {"accounts": Scope.account, "sub-accounts": Scope.sub_account, "keys": Scope.key}
 NOUNS = {Scope.account: "account", Scope.sub_account: "sub-account", Scope.key: "key", Scope.admin_key: "admin key"}

@@ -15,20 +15,18 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.admin_access import AdminAccess, Rule, Scope, Target, caller_of, rule_for
+from gateway.admin_body import json_body, reject_unknown
+from gateway.admin_money import AdminMoney
 from gateway.auth import client_address
 from gateway.errors import ApiError, invalid_request, not_found
 from gateway.router import Router
 from quota import UNSET, InvalidRequest, NotFound, Quota, QuotaService
 from quota.audit import AuditEntry
-from tidegate.request_body import decode_json, read_body
 from tidegate.request_id import request_id as request_id_of
-
-# admin writes are small records: a quota nests three levels
-ADMIN_BODY_BYTES, ADMIN_BODY_TIMEOUT, ADMIN_JSON_DEPTH = 256 * 1024, 30.0, 16
 
 Handler = Callable[[Request], Awaitable[Any]]
 UPDATABLE = {
-    "accounts": ("name", "quota"),
+    "accounts": ("name", "quota", "timezone", "price_multiplier"),
     "sub-accounts": ("name", "quota"),
     "keys": ("name", "models", "quota", "priority_class", "expires_at", "allowed_ips"),
 }
@@ -56,10 +54,11 @@ class AdminApi:
     """Each route checks the admin key, calls quota's admin API and maps its errors to 400/404."""
 
     def __init__(self, quota: QuotaService, router: Router, admin_key: str | None,
-                 priority_classes: frozenset[str] = frozenset()):
+                 priority_classes: frozenset[str] = frozenset(), currency: str = "USD"):
         self._admin = quota.admin
         self._admin_keys = quota.admin_keys
         self._audit = quota.audit
+        self._money = AdminMoney(quota, router, currency)
         self._router = router
         self._access = AdminAccess(quota, admin_key)
         self._classes = priority_classes
@@ -84,6 +83,7 @@ class AdminApi:
             Route("/admin/admin-keys", r(self.list_admin_keys), methods=["GET"]),
             Route("/admin/admin-keys/{id}", r(self.revoke_admin_key), methods=["DELETE"]),
             Route("/admin/audit", r(self.audit), methods=["GET"]),
+            *self._money.routes(r),
         ]
 
     def _wrap(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -92,8 +92,10 @@ class AdminApi:
             try:
                 route = request.scope.get("route")
                 rule = rule_for(request.method, getattr(route, "path", request.url.path))
-                target = await self._access.authorize(request, rule, lambda: _json_body(request))
+                target = await self._access.authorize(request, rule, lambda: json_body(request))
                 status, result = 200, await handler(request)
+                if isinstance(result, Response):  # a report as CSV
+                    return result
                 if isinstance(result, tuple):
                     status, result = result
                 body = to_json(result)
@@ -118,9 +120,10 @@ class AdminApi:
                                             client_address(request)))
 
     async def create_account(self, request: Request) -> Any:
-        body = await _json_body(request)
-        _reject_unknown(body, {"name", "quota"})
-        return 201, await self._admin.create_account(body.get("name", ""), body.get("quota"))
+        body = await json_body(request)
+        reject_unknown(body, {"name", "quota", "timezone", "price_multiplier"})
+        return 201, await self._admin.create_account(body.get("name", ""), body.get("quota"),
+                                                     body.get("timezone", "UTC"), body.get("price_multiplier", 1.0))
 
     async def list_accounts(self, request: Request) -> Any:
         tenant = caller_of(request).tenant
@@ -132,8 +135,8 @@ class AdminApi:
         return await self._admin.get_account(request.path_params["id"])
 
     async def create_sub_account(self, request: Request) -> Any:
-        body = await _json_body(request)
-        _reject_unknown(body, {"name", "quota"})
+        body = await json_body(request)
+        reject_unknown(body, {"name", "quota"})
         return 201, await self._admin.create_sub_account(request.path_params["id"], body.get("name", ""),
                                                          body.get("quota"))
 
@@ -142,10 +145,10 @@ class AdminApi:
         return {"data": await self._admin.list_sub_accounts(request.path_params["id"])}
 
     async def create_key(self, request: Request) -> Any:
-        body = await _json_body(request)
+        body = await json_body(request)
         allowed = {"account_id", "sub_account_id", "name", "models", "quota", "priority_class", "expires_at",
                    "allowed_ips"}
-        _reject_unknown(body, allowed)
+        reject_unknown(body, allowed)
         self._check_class(body)
         created = await self._admin.create_key(**body)
         return 201, {**to_json(created.key), "key": created.secret}
@@ -162,8 +165,8 @@ class AdminApi:
         kind, record_id = request.path_params["kind"], request.path_params["id"]
         if kind not in UPDATABLE:
             raise not_found(f"no admin collection {kind!r}")
-        body = await _json_body(request)
-        _reject_unknown(body, set(UPDATABLE[kind]))
+        body = await json_body(request)
+        reject_unknown(body, set(UPDATABLE[kind]))
         changes = {name: body.get(name, UNSET) for name in UPDATABLE[kind]}
         self._check_class(body)
         if kind == "accounts":
@@ -179,14 +182,7 @@ class AdminApi:
             raise invalid_request(f"priority_class must be one of {sorted(self._classes)} or null", "priority_class")
 
     async def usage(self, request: Request) -> Any:
-        q = request.query_params
-        names = ("account_id", "sub_account_id", "key_id", "model", "start", "end", "granularity")
-        _reject_unknown(dict(q), set(names))
-        query: dict[str, Any] = {name: q[name] for name in names if name in q}  # times parsed by quota
-        tenant = caller_of(request).tenant
-        if tenant:
-            query["account_id"] = tenant
-        return await self._admin.usage(**query)
+        return await self._money.usage(request, caller_of(request).tenant)
 
     async def channels(self, request: Request) -> Any:
         return {"data": [channel.status() for channel in self._router.channels]}
@@ -196,14 +192,14 @@ class AdminApi:
         return {"id": caller.id, "role": caller.role, "account_id": caller.account_id}
 
     async def rotate_key(self, request: Request) -> Any:
-        body = await _json_body(request)
-        _reject_unknown(body, {"grace_seconds"})
+        body = await json_body(request)
+        reject_unknown(body, {"grace_seconds"})
         created = await self._admin.rotate_key(request.path_params["id"], body.get("grace_seconds", 0))
         return {**to_json(created.key), "key": created.secret}
 
     async def create_admin_key(self, request: Request) -> Any:
-        body = await _json_body(request)
-        _reject_unknown(body, {"role", "account_id", "name"})
+        body = await json_body(request)
+        reject_unknown(body, {"role", "account_id", "name"})
         created = await self._admin_keys.create(body.get("role"), body.get("account_id"), body.get("name", ""))
         return 201, {**created.key.to_json(), "key": created.secret}
 
@@ -215,20 +211,6 @@ class AdminApi:
 
     async def audit(self, request: Request) -> Any:
         q = dict(request.query_params)
-        _reject_unknown(q, {"actor", "action", "since", "limit"})
+        reject_unknown(q, {"actor", "action", "since", "limit"})
         return {"data": await self._audit.read(**q)}
 
-
-async def _json_body(request: Request) -> dict[str, Any]:
-    raw = await read_body(request, max_bytes=ADMIN_BODY_BYTES, timeout=ADMIN_BODY_TIMEOUT)
-    request._body = raw  # Starlette replays it to the next reader: the access check reads before the handler
-    body = decode_json(raw or b"{}", max_depth=ADMIN_JSON_DEPTH)
-    if not isinstance(body, dict):
-        raise invalid_request("the body must be a JSON object")
-    return body
-
-
-def _reject_unknown(body: dict[str, Any], allowed: set[str]) -> None:
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise invalid_request(f"unknown fields: {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from config.admin_key import configured_admin_key
+from gateway.admin_money_cli import MONEY_RESOURCES, add_money_arguments, money_request
 from tidegate.url_credentials import redact_url
 
 QUOTA_FLAGS = ("rpm", "tpm", "max_concurrency", "tokens_per_day", "tokens_per_month")
@@ -25,9 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="resource", metavar="RESOURCE", required=True)
 
     accounts = sub.add_parser("accounts").add_subparsers(dest="action", required=True)
-    _quota_flags(_named(accounts.add_parser("create"), "name"))
+    _account_flags(_quota_flags(_named(accounts.add_parser("create"), "name")))
     accounts.add_parser("list")
-    _quota_flags(_named(accounts.add_parser("update"), "id", "--name"))
+    _account_flags(_quota_flags(_named(accounts.add_parser("update"), "id", "--name")))
 
     subs = sub.add_parser("sub-accounts").add_subparsers(dest="action", required=True)
     _quota_flags(_named(subs.add_parser("create"), "account_id", "name"))
@@ -64,8 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     usage = sub.add_parser("usage", help="tokens and requests, filtered")
     for name in ("--account-id", "--sub-account-id", "--key-id", "--model", "--start", "--end"):
         usage.add_argument(name)
-    usage.add_argument("--granularity", choices=["hour", "day"])
+    usage.add_argument("--granularity", choices=["hour", "day", "month"])
+    usage.add_argument("--group-by", help="comma-separated: account, sub_account, key, model, channel")
+    usage.add_argument("--format", choices=["json", "csv"])
     sub.add_parser("channels", help="health, breaker state and in-flight per channel and model")
+    add_money_arguments(sub)
 
 
 def _named(parser: argparse.ArgumentParser, *names: str) -> argparse.ArgumentParser:
@@ -77,6 +81,14 @@ def _named(parser: argparse.ArgumentParser, *names: str) -> argparse.ArgumentPar
 def _quota_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     for name in QUOTA_FLAGS:
         parser.add_argument("--" + name.replace("_", "-"), type=int, dest=name)
+    parser.add_argument("--budget-amount", help="spend limit in currency units (with --budget-window)")
+    parser.add_argument("--budget-window", default="month", help="day, week, month, rolling_days:N or total")
+    return parser
+
+
+def _account_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--timezone", help="IANA name; where the account's budget days, weeks and months begin")
+    parser.add_argument("--price-multiplier", type=float, help="factor on every price (0.8: a 20%% discount)")
     return parser
 
 
@@ -91,9 +103,12 @@ def _key_fields(parser: argparse.ArgumentParser) -> None:
 def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None, dict[str, str]]:
     """(method, path, JSON body, query) for the parsed command."""
     resource, action = args.resource, getattr(args, "action", None)
-    quota = {name: getattr(args, name) for name in QUOTA_FLAGS if getattr(args, name, None) is not None}
-    fields = {name: getattr(args, name) for name in ("name", "priority_class", "expires_at")
-              if getattr(args, name, None) is not None}
+    quota: dict[str, Any] = {name: getattr(args, name) for name in QUOTA_FLAGS
+                             if getattr(args, name, None) is not None}
+    if getattr(args, "budget_amount", None) is not None:
+        quota["budget"] = {"amount": args.budget_amount, "window": args.budget_window}
+    fields = {name: getattr(args, name) for name in ("name", "priority_class", "expires_at", "timezone",
+                                                     "price_multiplier") if getattr(args, name, None) is not None}
     for name in ("models", "allowed_ips"):
         if getattr(args, name, None) is not None:
             fields[name] = [item.strip() for item in getattr(args, name).split(",") if item.strip()]
@@ -113,8 +128,11 @@ def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | No
         return "GET", "/admin/admin-keys", None, {}
     if action == "rotate":
         return "POST", f"/admin/keys/{args.id}/rotate", {"grace_seconds": args.grace_seconds}, {}
+    if resource in MONEY_RESOURCES:
+        return money_request(args)
     if resource == "usage":
-        names = ("account_id", "sub_account_id", "key_id", "model", "start", "end", "granularity")
+        names = ("account_id", "sub_account_id", "key_id", "model", "start", "end", "granularity", "group_by",
+                 "format")
         return "GET", "/admin/usage", None, {n: getattr(args, n) for n in names if getattr(args, n)}
     if action == "list":
         if resource == "sub-accounts":

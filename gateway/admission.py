@@ -8,7 +8,7 @@ from typing import Any
 from gateway.errors import ApiError, retry_after_headers, unavailable
 from quota import Admission, LimitName, RateInfo
 
-BUDGET_LIMITS = (LimitName.tokens_per_day, LimitName.tokens_per_month)
+BUDGET_LIMITS = (LimitName.tokens_per_day, LimitName.tokens_per_month, LimitName.budget, LimitName.balance)
 
 
 # request fields that the upstream's chat template or guided decoding turns into prompt tokens
@@ -80,11 +80,15 @@ def _json_bytes(value: Any) -> int:
 
 
 def max_output_tokens(body: dict[str, Any], default: int) -> int:
+    """The most completion tokens the answer can hold: each of `n` choices may use the whole limit."""
+    per_choice = default
     for name in ("max_completion_tokens", "max_tokens"):
         value = body.get(name)
         if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return default
+            per_choice = value
+            break
+    choices = body.get("n")
+    return per_choice * (choices if isinstance(choices, int) and not isinstance(choices, bool) and choices > 1 else 1)
 
 
 def rate_headers(rate: RateInfo) -> dict[str, str]:
@@ -117,6 +121,12 @@ def refusal(admission: Admission) -> ApiError:
     level = admission.refused_level.value if admission.refused_level else "key"
     retry_after = admission.retry_after if admission.retry_after is not None else 1.0
     headers = {**rate_headers(admission.rate), **retry_after_headers(retry_after)}
+    if admission.refused_limit is LimitName.balance:
+        message = f"the {level}'s prepaid balance cannot cover this request's maximum cost; top it up"
+        return ApiError(429, message, "insufficient_quota", "insufficient_quota", None, headers)
+    if admission.refused_limit is LimitName.budget:
+        message = f"the {level}'s spend budget for this window is used up"
+        return ApiError(429, message, "insufficient_quota", "insufficient_quota", None, headers)
     if admission.refused_limit in BUDGET_LIMITS:
         message = f"the {level}'s {limit} budget is used up"
         return ApiError(429, message, "insufficient_quota", "insufficient_quota", None, headers)

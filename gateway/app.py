@@ -19,6 +19,7 @@ from starlette.routing import BaseRoute, Route
 from config import GatewaySettings
 from config.admin_key import configured_admin_key
 from gateway.admin_api import AdminApi
+from gateway.admin_money import seed_prices
 from gateway.auth import check_token
 from gateway.breaker_sync import BreakerSync
 from gateway.channels import ChannelState, HealthChecker
@@ -55,7 +56,8 @@ class Gateway:
         upstream = UpstreamClient(self.router, settings.retries, self.session)
         self.tracing = setup_tracing(settings.tracing)
         self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics, self.tracing)
-        self.admin = AdminApi(quota, self.router, configured_admin_key(settings), frozenset(settings.priority_classes))
+        self.admin = AdminApi(quota, self.router, configured_admin_key(settings), frozenset(settings.priority_classes),
+                              settings.currency)
         self.health = HealthChecker(channels, settings.health_check_interval, self.http,
                                     settings.health_check_timeout, settings.unhealthy_threshold)
         self.breaker_sync = None
@@ -117,6 +119,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         gateway = Gateway(settings, await open_store(settings), guard)
+        await gateway.quota.money.seed_prices(seed_prices(settings.prices))
         app.state.gateway = gateway
         app.router.routes.extend(gateway.routes())
         gateway.start()

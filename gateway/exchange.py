@@ -104,12 +104,15 @@ class Exchange:
             self.record.prompt_tokens, self.record.completion_tokens = used.prompt_tokens, used.completion_tokens
             try:
                 await self._quota.settle(self._reservation, prompt_tokens=used.prompt_tokens,
-                                         completion_tokens=used.completion_tokens, model=self._reservation.model)
+                                         completion_tokens=used.completion_tokens, model=self._reservation.model,
+                                         cached_tokens=used.cached_tokens, channel=self.record.channel,
+                                         outcome=outcome)
             except Exception:  # the answer is already decided; an unsettled reservation expires by its TTL
                 log.exception("settling request %s failed", self.record.request_id)
             else:
                 self._metrics.settled(self._reservation.account_id, self._sub_account_id, used.prompt_tokens,
                                       used.completion_tokens)
+                self._metrics.spend.settled(self._reservation, used, self.record.channel)
         self.trace.set_usage(self.record.prompt_tokens, self.record.completion_tokens)
         self.trace.end(status, None if outcome in ("ok", "refused") else outcome)
         now = time.monotonic()

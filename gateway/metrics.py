@@ -10,6 +10,7 @@ from prometheus_client.registry import Collector
 
 from gateway.priority import PriorityPools
 from gateway.router import Router
+from gateway.spend_metrics import SpendMetrics
 from quota import QuotaService
 from tidegate.connection_guard import ConnectionGuard
 
@@ -77,6 +78,7 @@ class GatewayMetrics:
                                           registry=reg)
         self.tokens = Counter("tidegate_tokens", "Tokens settled, by account, sub-account and kind",
                               ["account", "sub_account", "kind"], registry=reg)
+        self.spend = SpendMetrics(reg, self.model_label, per_account)
         self.registry.register(_LiveState(router, pools, quota, connections))
 
     def observe(self, path: str, model: str | None, channel: str | None, status: int, outcome: str,

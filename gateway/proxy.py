@@ -95,10 +95,10 @@ class Proxy:
     async def _admit(self, exchange: Exchange, key: KeyInfo, call: OpenAIRequest,
                      request_id: str) -> dict[str, str]:
         prompt = estimate_prompt_tokens(call.body, image_tokens=self.settings.image_prompt_tokens)
-        estimate = prompt + max_output_tokens(call.body, self.settings.default_max_tokens)
+        max_output = max_output_tokens(call.body, self.settings.default_max_tokens)
         with exchange.trace.admission() as span:
-            admission = await self.quota.admit(key, model=call.model, estimated_tokens=estimate,
-                                               request_id=request_id)
+            admission = await self.quota.admit(key, model=call.model, estimated_tokens=prompt + max_output,
+                                               request_id=request_id, max_output_tokens=max_output)
             if not admission.admitted:
                 span.set_attribute("tidegate.refused_level", str(admission.refused_level))
                 span.set_attribute("tidegate.refused_limit", str(admission.refused_limit))

@@ -39,13 +39,21 @@ CHANNEL_VERDICT: dict[Outcome, bool | None] = {Outcome.ok: True, Outcome.disconn
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0  # of the prompt tokens, those the upstream served from its prompt cache
 
 
 def usage_of(obj: Any) -> Usage | None:
     usage = obj.get("usage") if isinstance(obj, dict) else None
     if not isinstance(usage, dict):
         return None
-    return Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return Usage(_count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")), _count(cached))
+
+
+def _count(value: Any) -> int:
+    """A token count as reported; anything else (a string, a negative number) counts as none."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def rewrite_body(answer: Answer) -> tuple[bytes, Usage | None]:

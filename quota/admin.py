@@ -10,8 +10,10 @@ from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any, TypeVar
 
+from quota.budget import zone
 from quota.catalog import Catalog, UsageQuery
 from quota.ip_allowlist import parse_allowlist
+from quota.money import to_micro
 from quota.records import (
     Account,
     ApiKey,
@@ -73,16 +75,17 @@ def _record_id(value: object, name: str) -> str:
     return value
 
 
-def _expiry(value: object) -> datetime | None:
+def parse_time(value: object, name: str = "expires_at") -> datetime | None:
+    """An ISO 8601 time from an admin body or query (UTC when it names no offset), or None."""
     if value is None:
         return None
     if isinstance(value, str):
         try:
             value = datetime.fromisoformat(value)
         except ValueError:
-            raise InvalidRequest(f"expires_at is not an ISO 8601 time: {value!r}") from None
+            raise InvalidRequest(f"{name} is not an ISO 8601 time: {value!r}") from None
     if not isinstance(value, datetime):
-        raise InvalidRequest("expires_at must be an ISO 8601 time or null")
+        raise InvalidRequest(f"{name} must be an ISO 8601 time or null")
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
@@ -109,6 +112,18 @@ def _renamed(record: Owner, name: str | _Unset, quota: Quota | dict[str, Any] | 
     return record
 
 
+def _money_terms(account: Account, timezone: str | _Unset, multiplier: float | _Unset) -> None:
+    """The account's calendar for budgets, and the factor on every price it pays (> 0)."""
+    if timezone is not UNSET:
+        if not isinstance(timezone, str):
+            raise InvalidRequest("timezone must be an IANA time zone name")
+        account.timezone = zone(timezone).key
+    if multiplier is not UNSET:
+        if to_micro(multiplier, "price_multiplier") == 0:
+            raise InvalidRequest("price_multiplier must be above 0")
+        account.price_multiplier = float(multiplier)
+
+
 class QuotaAdmin:
     """Create, list, update and revoke; every call validates its input and raises InvalidRequest or NotFound.
 
@@ -119,8 +134,10 @@ class QuotaAdmin:
         self._catalog = catalog
         self._on_change = on_change
 
-    async def create_account(self, name: str, quota: Quota | dict[str, Any] | None = None) -> Account:
+    async def create_account(self, name: str, quota: Quota | dict[str, Any] | None = None,
+                             timezone: str = "UTC", price_multiplier: float = 1.0) -> Account:
         account = Account(new_id("acct"), _name(name), _quota(quota))
+        _money_terms(account, timezone, price_multiplier)
         await self._catalog.put_account(account)
         return account
 
@@ -134,8 +151,10 @@ class QuotaAdmin:
         return await self._catalog.list_accounts()
 
     async def update_account(self, account_id: str, *, name: str | _Unset = UNSET,
-                             quota: Quota | dict[str, Any] | _Unset | None = UNSET) -> Account:
+                             quota: Quota | dict[str, Any] | _Unset | None = UNSET,
+                             timezone: str | _Unset = UNSET, price_multiplier: float | _Unset = UNSET) -> Account:
         account = _renamed(await self.get_account(account_id), name, quota)
+        _money_terms(account, timezone, price_multiplier)
         await self._catalog.put_account(account)
         self._on_change()
         return account
@@ -180,7 +199,7 @@ class QuotaAdmin:
             await self.get_account(_record_id(account_id, "account_id"))
         secret, prefix = _new_secret()
         key = ApiKey(new_id("key"), account_id, sub_account_id, _name(name), _models(models), _quota(quota),
-                     _priority_class(priority_class), _expiry(expires_at),
+                     _priority_class(priority_class), parse_time(expires_at),
                      allowed_ips=parse_allowlist(allowed_ips), prefix=prefix)
         await self._catalog.put_key(key, hash_secret(secret))
         return CreatedKey(key, secret)
@@ -211,7 +230,7 @@ class QuotaAdmin:
         if priority_class is not UNSET:
             changes["priority_class"] = _priority_class(priority_class)
         if expires_at is not UNSET:
-            changes["expires_at"] = _expiry(expires_at)
+            changes["expires_at"] = parse_time(expires_at)
         if allowed_ips is not UNSET:
             changes["allowed_ips"] = parse_allowlist(allowed_ips)
         key = replace(key, **changes)
@@ -244,10 +263,10 @@ class QuotaAdmin:
         await self._catalog.touch_key(key_id, when)
 
     async def usage(self, *, account_id: str | None = None, sub_account_id: str | None = None,
-                    key_id: str | None = None, model: str | None = None, start: datetime | None = None,
-                    end: datetime | None = None, granularity: str = "hour") -> UsageReport:
+                    key_id: str | None = None, model: str | None = None, start: datetime | str | None = None,
+                    end: datetime | str | None = None, granularity: str = "hour") -> UsageReport:
         """Prompt and completion tokens and request counts per period, key and model, with totals."""
         if granularity not in ("hour", "day"):
             raise InvalidRequest("granularity must be 'hour' or 'day'")
-        query = UsageQuery(account_id, sub_account_id, key_id, model, _expiry(start), _expiry(end), granularity)
+        query = UsageQuery(account_id, sub_account_id, key_id, model, parse_time(start, "start"), parse_time(end, "end"), granularity)
         return UsageReport.of(await self._catalog.usage(query))

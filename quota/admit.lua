@@ -7,6 +7,9 @@
 --   reset (ms) of the tightest request window and token window (-1 when none), then each level's five
 --   quotas as stored ('-' when unlimited).
 local est, ttl_ms, member = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+-- money (budget.lua): ARGV[4] the request's maximum cost in micro-units, ARGV[5..13] the calendar bounds;
+-- the reply ends with each level's budget spec and charged field, then '1' when the account has a balance
+local cost, money_bounds_now, money = tonumber(ARGV[4]), money_bounds(5), {}
 local sec, now_ms = server_time()
 local day, month = math.floor(sec / 86400), month_index(sec)
 local day_field, month_field = 'd' .. day, 'm' .. month
@@ -55,6 +58,9 @@ for i = 1, levels do
       refuse(i, 5, month_start(month + 1) * 1000 - now_ms)
     end
   end
+  local money_code, money_wait
+  money[i], money_code, money_wait = money_check(key, i == levels, cost, money_bounds_now, sec, now_ms)
+  if money_code and reply[2] == 0 then refuse(i, money_code, money_wait) end
   states[i] = s
 end
 
@@ -71,7 +77,10 @@ if reply[2] == 0 then
     end
     if #out > 0 then redis.call('HSET', key, unpack(out)) end
     if s[3] >= 0 then lease_acquire(KEYS[i * 2], member, now_ms, ttl_ms) end
+    money_charge(key, money[i], cost)
   end
 end
 for _, q in ipairs(quota_text) do reply[#reply + 1] = q end
+for i = 1, levels do reply[#reply + 1], reply[#reply + 2] = money[i].spec, money[i].field end
+reply[#reply + 1] = money[levels].balance and '1' or '0'
 return reply

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from config.stores import StoreSettings
@@ -9,7 +11,11 @@ from quota.admin import QuotaAdmin
 from quota.admin_keys import AdminKeys
 from quota.audit import AuditLog
 from quota.local_admission import Charge, LocalAdmission
+from quota.money import Spend
+from quota.money_admin import MoneyAdmin
+from quota.quotes import Quoter, settled_cost
 from quota.records import Admission, ApiKey, KeyInfo, Level, Reservation
+from quota.request_audit import AuditRecord
 from quota.service import QuotaService, check_counts
 from quota.sqlite_catalog import SqliteCatalog
 
@@ -19,17 +25,26 @@ DB_NAME = "tidegate.sqlite3"
 class EmbeddedQuotaService(QuotaService):
     """For one gateway process; several processes need the Redis store to share their counters."""
 
-    def __init__(self, settings: StoreSettings) -> None:
+    def __init__(self, settings: StoreSettings, clock: Callable[[], float] = time.time) -> None:
+        """`clock` is for tests of calendar boundaries; the gateway always runs on the real one."""
         super().__init__(settings.auth_cache_ttl)
         self._catalog = SqliteCatalog(settings.resolved_data_dir() / DB_NAME)
-        self._local = LocalAdmission(settings.lease_ttl, seed=self._catalog.tokens_used)
+        self._local = LocalAdmission(settings.lease_ttl, seed=self._catalog.tokens_used, clock=clock)
+        self._local.money.balances.update(self._catalog.balances())
+        self._local.money.seed = self._catalog.cost_spent
+        self._records_days = settings.request_records_retention_days
+        self._catalog.records_retention = settings.request_records_retention_days * 86400
         self._charges: dict[str, list[Charge]] = {}
         self.admin = QuotaAdmin(self._catalog, on_change=self._forget)
         self.admin_keys = AdminKeys(self._catalog, self.admin)
         self.audit = AuditLog(self._catalog, settings.audit_retention_days * 86400)
+        self._quoter = Quoter(self.admin, self._catalog.list_prices, settings.auth_cache_ttl, clock)
+        self.money = MoneyAdmin(self._catalog, self.admin, self._quoter.forget, self._local.top_up, clock,
+                                self._local.money.balances.get)
 
     def _forget(self) -> None:
         self._charges.clear()
+        self._quoter.forget()
         self._forget_cached()
 
     async def _lookup_key(self, secret_hash: str) -> ApiKey | None:
@@ -42,21 +57,29 @@ class EmbeddedQuotaService(QuotaService):
             self._charges[key.id] = charges
         return charges
 
-    async def admit(self, key: KeyInfo, *, model: str, estimated_tokens: int, request_id: str) -> Admission:
-        check_counts(estimated_tokens=estimated_tokens)
+    async def admit(self, key: KeyInfo, *, model: str, estimated_tokens: int, request_id: str,
+                    max_output_tokens: int = 0) -> Admission:
+        check_counts(estimated_tokens=estimated_tokens, max_output_tokens=max_output_tokens)
         charges = await self._charges_of(key)
+        quote = await self._quoter.quote(key.account_id, model, max_output_tokens=max_output_tokens,
+                                         prompt_tokens=max(estimated_tokens - max_output_tokens, 0))
         return self._local.admit(charges, key_id=key.id, model=model, estimated_tokens=estimated_tokens,
-                                 request_id=request_id)
+                                 request_id=request_id, quote=quote)
 
     async def renew(self, reservation: Reservation) -> None:
         self._local.renew(reservation)
 
     async def settle(self, reservation: Reservation, *, prompt_tokens: int, completion_tokens: int,
-                     model: str) -> None:
-        check_counts(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+                     model: str, cached_tokens: int = 0, channel: str | None = None, outcome: str = "ok") -> None:
+        check_counts(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cached_tokens=cached_tokens)
         settled = replace(reservation, model=model)
+        cost = settled_cost(reservation, prompt_tokens=prompt_tokens, cached_tokens=cached_tokens,
+                            completion_tokens=completion_tokens, channel=channel)
+        spend = Spend(min(cached_tokens, prompt_tokens), cost, channel or "")
+        audit = AuditRecord.of(settled, prompt_tokens, completion_tokens, spend, outcome) if self._records_days else None
         self._local.settle(reservation, prompt_tokens + completion_tokens,
-                           lambda: self._catalog.record_usage(settled, prompt_tokens, completion_tokens))
+                           lambda: self._catalog.record_usage(settled, prompt_tokens, completion_tokens, spend, audit),
+                           cost=cost)
 
     async def close(self) -> None:
         self._catalog.close()

@@ -14,7 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from limiter import FixedWindow, LeaseSet, SlidingWindow
+from quota.budget import MoneyCounters
 from quota.calendar import day_index, month_index, month_start
+from quota.money import Quote
 from quota.records import Admission, Level, LimitName, Quota, RateInfo, Reservation
 
 # (level, id, "day" | "month", period index) -> tokens already used in that period.
@@ -79,9 +81,10 @@ class LocalAdmission:
         self._open: dict[str, Reservation] = {}
         self._admitted = 0
         self._months: dict[int, int] = {}
+        self.money = MoneyCounters()
 
     def admit(self, charges: list[Charge], *, key_id: str, model: str, estimated_tokens: int,
-              request_id: str) -> Admission:
+              request_id: str, quote: Quote | None = None) -> Admission:
         """Admits on every level or on none; a refusal names the first level and limit that refused."""
         est = estimated_tokens
         with self._lock:
@@ -94,6 +97,7 @@ class LocalAdmission:
             requests, tokens = _Tightest(), _Tightest()
             refusal: tuple[Level, LimitName, float] | None = None
             found = []
+            quote, money = quote or Quote(), []
             for charge in charges:
                 counters = self._counters(charge, day, month)
                 found.append(counters)
@@ -114,6 +118,12 @@ class LocalAdmission:
                     refusal = (charge.level, LimitName.tokens_per_day, (day + 1) * 86400 - now)
                 elif q.tokens_per_month is not None and not counters.month.fits(est, q.tokens_per_month):
                     refusal = (charge.level, LimitName.tokens_per_month, month_start(month + 1) - now)
+                # money (budget.py): the level's budget and the account's balance at the maximum cost
+                spend, money_refusal = self.money.check(charge.level, charge.id, q.budget, quote.cost,
+                                                        list(quote.bounds), sec, now)
+                money.append(spend)
+                if refusal is None and money_refusal is not None:
+                    refusal = (charge.level, *money_refusal)
             rate = RateInfo(requests.limit, requests.remaining, requests.reset,
                             tokens.limit, tokens.remaining, tokens.reset)
             if refusal is not None:
@@ -123,8 +133,12 @@ class LocalAdmission:
                 id=reservation_id(request_id), request_id=request_id, key_id=key_id,
                 sub_account_id=charges[1].id if len(charges) == 3 else None, account_id=charges[-1].id, model=model,
                 estimated_tokens=est, slot=sec, day=day, month=month, local=True,
+                cost=quote.cost, prices=quote.prices, multiplier=quote.multiplier,
+                budget_fields=tuple(m.field for m in money), balance=money[-1].balance,
             )
             self._commit(charges, found, now, reservation)
+            for charge, spend in zip(charges, money, strict=True):
+                self.money.charge(charge.level, charge.id, spend, quote.cost)
             return Admission(True, reservation, rate=rate)
 
     def _counters(self, charge: Charge, day: int, month: int) -> LevelCounters:
@@ -172,8 +186,12 @@ class LocalAdmission:
                 if counters is not None and level in reservation.lease_levels:
                     counters.leases.renew(reservation.id, now, self.lease_ttl)
 
+    def top_up(self, account_id: str, amount: int) -> None:
+        with self._lock:
+            self.money.balances[account_id] = self.money.balances.get(account_id, 0) + amount
+
     def settle(self, reservation: Reservation, total_tokens: int,
-               write_ledger: Callable[[], None] | None = None) -> bool:
+               write_ledger: Callable[[], None] | None = None, cost: int = 0) -> bool:
         """Replaces the estimate with `total_tokens` and frees the slot; False when already settled.
 
         `write_ledger` runs inside the same critical section, before any counter moves.
@@ -197,6 +215,9 @@ class LocalAdmission:
                 counters.day.adjust(reservation.day, delta)
                 counters.month.adjust(reservation.month, delta)
                 counters.leases.release(reservation.id)
+            for (level, level_id), spent in zip(reservation.levels(), reservation.budget_fields, strict=False):
+                self.money.settle(level, level_id, spent, cost - reservation.cost,
+                                  reservation.balance and level is Level.account)
             return True
 
     def is_open(self, reservation: Reservation) -> bool:

@@ -7,6 +7,10 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from quota.errors import InvalidRequest as InvalidRequest  # re-exported: callers import both from here
+from quota.errors import NotFound as NotFound
+from quota.money import MICRO, Budget, Price
+
 
 class Level(StrEnum):
     key = "key"
@@ -20,19 +24,11 @@ class LimitName(StrEnum):
     concurrency = "concurrency"
     tokens_per_day = "tokens_per_day"
     tokens_per_month = "tokens_per_month"
-
-
-class InvalidRequest(ValueError):
-    """Bad input to an admin call; the message says which field and why (the gateway answers 400)."""
-
-
-class NotFound(KeyError):
-    """The account, sub-account or key does not exist (the gateway answers 404)."""
+    budget = "budget"
+    balance = "balance"
 
 
 QUOTA_FIELDS = ("rpm", "tpm", "max_concurrency", "tokens_per_day", "tokens_per_month")
-
-
 @dataclass(slots=True, frozen=True)
 class Quota:
     """Limits of one level; None means unlimited."""
@@ -42,6 +38,7 @@ class Quota:
     max_concurrency: int | None = None
     tokens_per_day: int | None = None
     tokens_per_month: int | None = None
+    budget: Budget | None = None
 
     def __post_init__(self) -> None:
         for name in QUOTA_FIELDS:
@@ -55,13 +52,16 @@ class Quota:
             return cls()
         if not isinstance(data, dict):
             raise InvalidRequest(f"quota must be an object, not {type(data).__name__}")
-        unknown = set(data) - set(QUOTA_FIELDS)
+        unknown = set(data) - set(QUOTA_FIELDS) - {"budget"}
         if unknown:
             raise InvalidRequest(f"unknown quota fields: {', '.join(sorted(unknown))}")
-        return cls(**data)
+        return cls(**{**data, "budget": Budget.from_dict(data.get("budget"))})
 
-    def to_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in QUOTA_FIELDS if getattr(self, name) is not None}
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {name: getattr(self, name) for name in QUOTA_FIELDS if getattr(self, name) is not None}
+        if self.budget is not None:
+            out["budget"] = self.budget.to_dict()
+        return out
 
     def as_list(self) -> list[int | None]:
         return [getattr(self, name) for name in QUOTA_FIELDS]
@@ -73,6 +73,8 @@ class Account:
     name: str
     quota: Quota = field(default_factory=Quota)
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    timezone: str = "UTC"  # where its budgets' days, weeks and months begin
+    price_multiplier: float = 1.0  # applied to every price it pays (a discount below 1, a markup above)
 
 
 @dataclass(slots=True)
@@ -174,6 +176,13 @@ class Reservation:
     lease_levels: tuple[Level, ...] = ()  # levels holding a concurrency lease
     budget_levels: tuple[Level, ...] = ()  # levels whose day and month budgets count the estimate
     local: bool = False  # admitted by the in-process fallback while Redis was down
+    # money: the maximum cost reserved (micro-units), the model's prices in force at admission, the account's
+    # multiplier (parts per million), each level's charged budget field ('' when none) and the balance flag
+    cost: int = 0
+    prices: tuple[Price, ...] = ()
+    multiplier: int = MICRO
+    budget_fields: tuple[str, ...] = ()
+    balance: bool = False
 
     def levels(self) -> list[tuple[Level, str]]:
         """The charged levels, key first and account last."""
@@ -202,6 +211,9 @@ class UsageRow:
     prompt_tokens: int
     completion_tokens: int
     requests: int
+    cached_tokens: int = 0
+    cost: int = 0  # micro-units
+    channel: str = ""
 
 
 @dataclass(slots=True)
@@ -210,11 +222,12 @@ class UsageReport:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     requests: int = 0
+    cost: int = 0  # micro-units
 
     @classmethod
     def of(cls, rows: list[UsageRow]) -> UsageReport:
         return cls(rows, sum(r.prompt_tokens for r in rows), sum(r.completion_tokens for r in rows),
-                   sum(r.requests for r in rows))
+                   sum(r.requests for r in rows), sum(r.cost for r in rows))
 
 
 def _levels(key_id: str, sub_account_id: str | None, account_id: str) -> list[tuple[Level, str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,7 +13,9 @@ from redis.asyncio.client import Pipeline
 from quota import redis_keys as rk
 from quota.admin_keys import AdminKey
 from quota.audit import AuditQuery
+from quota.balance import JOURNAL_SHOWN, BalanceEntry
 from quota.catalog import UsageQuery
+from quota.money import Price
 from quota.records import (
     QUOTA_FIELDS,
     Account,
@@ -24,18 +27,28 @@ from quota.records import (
     from_json,
     to_json,
 )
+from quota.request_audit import AuditRecord
 
 LEDGER_SEPARATOR = "|"
 AUDIT_PAGE = 500
 
 
-def ledger_field(key_id: str, sub_account_id: str | None, model: str) -> str:
-    return LEDGER_SEPARATOR.join((key_id, sub_account_id or "-", model))
+def ledger_field(key_id: str, sub_account_id: str | None, model: str, channel: str = "") -> str:
+    return LEDGER_SEPARATOR.join((key_id, sub_account_id or "-", model, channel))
+
+
+# a top-up and its journal entry in one step, with the balance it leaves
+TOP_UP = """
+local balance = redis.call('HINCRBY', KEYS[1], 'balance', ARGV[1])
+redis.call('RPUSH', KEYS[2], ARGV[2] .. '|' .. ARGV[1] .. '|' .. balance .. '|' .. ARGV[3])
+return balance
+"""
 
 
 class RedisCatalog:
     def __init__(self, client: Redis) -> None:
         self._r = client
+        self._top_up = client.register_script(TOP_UP)
 
     async def _put(self, key: str, record: Account | SubAccount | ApiKey, quota_key: str, index: str,
                    member: str) -> None:
@@ -194,6 +207,31 @@ class RedisCatalog:
                 rows.extend(r for r in _ledger_rows(start, acct, fields) if query.matches(r))
         return rows
 
+    async def put_price(self, price: Price) -> None:
+        await self._r.rpush(rk.PRICES, json.dumps(asdict(price)))
+
+    async def list_prices(self) -> list[Price]:
+        return [Price(**json.loads(raw)) for raw in await self._r.lrange(rk.PRICES, 0, -1)]
+
+    async def add_balance(self, account_id: str, amount: int, note: str, at: float) -> BalanceEntry:
+        state = rk.level_keys(account_id, Level.account, account_id)[0]
+        balance = await self._top_up(keys=[state, rk.balance_journal(account_id)], args=[amount, f"{at:.3f}", note])
+        return BalanceEntry(at, amount, note, int(balance))
+
+    async def requests(self, account_id: str, day: int, limit: int) -> list[AuditRecord]:
+        return [AuditRecord.decode(str(line)) for line in await self._r.lrange(rk.audit_key(account_id, day), 0,
+                                                                                limit - 1)]
+
+    async def balance(self, account_id: str) -> tuple[int | None, list[BalanceEntry]]:
+        state = rk.level_keys(account_id, Level.account, account_id)[0]
+        balance = await self._r.hget(state, "balance")
+        raw = await self._r.lrange(rk.balance_journal(account_id), -JOURNAL_SHOWN, -1)
+        return (None if balance is None else int(balance)), [BalanceEntry.decode(str(e)) for e in raw]
+
+
+LEDGER_KINDS = {"p": "prompt_tokens", "c": "completion_tokens", "n": "requests", "ca": "cached_tokens",
+                "$": "cost"}
+
 
 def _ledger_rows(start: datetime, account_id: str, fields: dict[str, str]) -> list[UsageRow]:
     rows: dict[str, UsageRow] = {}
@@ -201,22 +239,20 @@ def _ledger_rows(start: datetime, account_id: str, fields: dict[str, str]) -> li
         group, kind = name.rsplit(LEDGER_SEPARATOR, 1)
         row = rows.get(group)
         if row is None:
-            key_id, sub_id, model = group.split(LEDGER_SEPARATOR, 2)
+            key_id, sub_id, rest = group.split(LEDGER_SEPARATOR, 2)
+            model, _, channel = rest.rpartition(LEDGER_SEPARATOR) if rest.count(LEDGER_SEPARATOR) else (rest, "", "")
             row = rows[group] = UsageRow(start, account_id, None if sub_id == "-" else sub_id, key_id, model,
-                                         0, 0, 0)
-        if kind == "p":
-            row.prompt_tokens = int(value)
-        elif kind == "c":
-            row.completion_tokens = int(value)
-        else:
-            row.requests = int(value)
+                                         0, 0, 0, channel=channel)
+        setattr(row, LEDGER_KINDS[kind], int(value))
     return sorted(rows.values(), key=lambda r: (r.key_id, r.model))
 
 
 def _write_quota(pipe: Pipeline, state_key: str, quota: Quota) -> None:
     """The admit script reads limits from the level's state hash (an absent field is unlimited); the same
     hash holds the budget counters, so only the quota fields are replaced."""
-    pipe.hdel(state_key, *QUOTA_FIELDS)
-    limits: dict[Any, Any] = quota.to_dict()
+    pipe.hdel(state_key, *QUOTA_FIELDS, "budget")
+    limits: dict[Any, Any] = {name: value for name, value in quota.to_dict().items() if name in QUOTA_FIELDS}
+    if quota.budget is not None:
+        limits["budget"] = quota.budget.spec()
     if limits:
         pipe.hset(state_key, mapping=limits)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from config.stores import OnRedisDown, RedisDownPolicy
+from quota.money import Budget
 from quota.records import Quota
 
 FIELD_CLASS = {"rpm": "rate_limits", "tpm": "rate_limits", "max_concurrency": "concurrency",
@@ -24,4 +25,9 @@ def local_quota(quota: Quota, policy: RedisDownPolicy, replicas: int) -> Quota |
             return None
         else:
             values[name] = value // replicas
-    return Quota(**values)
+    budget = quota.budget
+    if budget is not None and policy.budgets != OnRedisDown.fail_open:
+        if policy.budgets == OnRedisDown.fail_closed:
+            return None
+        budget = Budget(budget.amount // replicas, budget.window)
+    return Quota(**values, budget=None if policy.budgets == OnRedisDown.fail_open else budget)

@@ -49,6 +49,15 @@ def auth_key(secret_hash: str) -> str:
 
 
 ACCOUNTS = "tg:accounts"
+PRICES = "tg:prices"  # every price ever set, oldest first: a request keeps the one in force at its admission
+
+
+def audit_key(account_id: str, day: int) -> str:
+    return f"{tag(account_id)}:audit:{day}"
+
+
+def balance_journal(account_id: str) -> str:
+    return f"{tag(account_id)}:balance:journal"
 
 
 def subs_of(account_id: str) -> str:

@@ -10,7 +10,8 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -25,9 +26,23 @@ from quota.admin import QuotaAdmin
 from quota.admin_keys import AdminKeys
 from quota.audit import AuditLog
 from quota.local_admission import Charge, LocalAdmission, reservation_id
-from quota.records import Admission, ApiKey, KeyInfo, Level, LimitName, Quota, RateInfo, Reservation
+from quota.money import Budget, Quote, Spend
+from quota.money_admin import MoneyAdmin
+from quota.quotes import Quoter, settled_cost
+from quota.records import (
+    QUOTA_FIELDS,
+    Admission,
+    ApiKey,
+    KeyInfo,
+    Level,
+    LimitName,
+    Quota,
+    RateInfo,
+    Reservation,
+)
 from quota.redis_catalog import RedisCatalog, ledger_field
 from quota.redis_down import local_quota
+from quota.redis_money import MONEY_CODES, AuditLines, quota_script
 from quota.script_batch import PackedKeys, ScriptBatcher
 from quota.service import QuotaService, StoreUnavailable, check_counts
 
@@ -47,6 +62,7 @@ class _KeyPlan:
     keys: PackedKeys
     raw_quotas: list[str] | None = None
     charges: list[Charge] | None = None
+    balance: bool = False  # the account has a prepaid balance, which only Redis can hold to account
 
 
 @dataclass(slots=True)
@@ -54,21 +70,29 @@ class _Settlement:
     reservation: Reservation
     prompt_tokens: int
     completion_tokens: int
+    spend: Spend = field(default_factory=Spend)
+    outcome: str = "ok"
 
 
 class RedisQuotaService(QuotaService):
-    def __init__(self, settings: StoreSettings, client: Redis) -> None:
+    def __init__(self, settings: StoreSettings, client: Redis, clock: Callable[[], float] = time.time,
+                 clock_lua: str = "") -> None:
+        """`clock` and `clock_lua` (a Lua `server_time`) are for tests of calendar boundaries; `open`, which the
+        gateway uses, never sets them, so production reads Redis TIME."""
         super().__init__(settings.auth_cache_ttl)
         self._settings = settings
         self._r = client
         self._catalog = RedisCatalog(client)
-        self.admin = QuotaAdmin(self._catalog, on_change=self._forget_cached)
+        self.admin = QuotaAdmin(self._catalog, on_change=self._forget)
         self.admin_keys = AdminKeys(self._catalog, self.admin)
         self.audit = AuditLog(self._catalog, settings.audit_retention_days * 86400)
-        self._admit = client.register_script(compose("quota", "admit"))
-        self._settle = client.register_script(compose("quota", "settle"))
+        self._quoter = Quoter(self.admin, self._catalog.list_prices, settings.auth_cache_ttl, clock)
+        self.money = MoneyAdmin(self._catalog, self.admin, self._quoter.forget, clock=clock)
+        self._admit = client.register_script(quota_script("admit", clock_lua))
+        self._settle = client.register_script(quota_script("settle", clock_lua))
         self._renew = client.register_script(compose("limiter", "renew_lease"))
         self._batch = ScriptBatcher(client)
+        self._audit = AuditLines(client, self._batch, settings.request_records_retention_days)
         self._local = LocalAdmission(settings.lease_ttl)
         self._plans: dict[str, _KeyPlan] = {}
         self._known_keys: dict[str, ApiKey] = {}  # last answer per secret hash, for a non-closed auth policy
@@ -92,6 +116,10 @@ class RedisQuotaService(QuotaService):
     @property
     def degraded(self) -> bool:
         return self._down_since is not None
+
+    def _forget(self) -> None:
+        self._quoter.forget()
+        self._forget_cached()
 
     def _mark_down(self) -> None:
         if self._down_since is None:
@@ -138,28 +166,39 @@ class RedisQuotaService(QuotaService):
             plan = self._plans[key.id] = _KeyPlan(levels, PackedKeys(names))
         return plan
 
-    async def admit(self, key: KeyInfo, *, model: str, estimated_tokens: int, request_id: str) -> Admission:
-        check_counts(estimated_tokens=estimated_tokens)
+    async def admit(self, key: KeyInfo, *, model: str, estimated_tokens: int, request_id: str,
+                    max_output_tokens: int = 0) -> Admission:
+        check_counts(estimated_tokens=estimated_tokens, max_output_tokens=max_output_tokens)
         plan = self._plan(key)
+        prompt_tokens = max(estimated_tokens - max_output_tokens, 0)
         if self._may_try():
             member = reservation_id(request_id)
             try:
+                quote = await self._quoter.quote(key.account_id, model, max_output_tokens=max_output_tokens,
+                                                 prompt_tokens=prompt_tokens)
                 reply = await self._batch.call(self._admit, plan.keys,
-                                               [estimated_tokens, int(self._settings.lease_ttl * 1000), member])
+                                               [estimated_tokens, int(self._settings.lease_ttl * 1000), member,
+                                                quote.cost, *quote.bounds])
             except REDIS_DOWN:
                 self._mark_down()
             else:
                 self._mark_up()
-                return self._answer(plan, key, reply, member, model, estimated_tokens, request_id)
-        return self._fallback(plan, key, model, estimated_tokens, request_id)
+                return self._answer(plan, key, reply, member, model, estimated_tokens, request_id, quote)
+        quote = self._quoter.last_known(key.account_id, model, prompt_tokens=prompt_tokens,
+                                        max_output_tokens=max_output_tokens)
+        return self._fallback(plan, key, model, estimated_tokens, request_id, quote)
 
     def _answer(self, plan: _KeyPlan, key: KeyInfo, reply: list[Any], member: str, model: str,
-                estimated_tokens: int, request_id: str) -> Admission:
+                estimated_tokens: int, request_id: str, quote: Quote) -> Admission:
         admitted, level, code, wait_ms, sec, day, month = reply[:7]
-        charges = _charges(plan, reply[13:])
+        money_at = 13 + 5 * len(plan.levels)
+        money = reply[money_at:money_at + 2 * len(plan.levels)]
+        charges = _charges(plan, reply[13:money_at], money[0::2])
+        plan.balance = reply[money_at + 2 * len(plan.levels)] == "1"
         rate = RateInfo(*_window(reply[7:10]), *_window(reply[10:13]))
         if not admitted:
-            return Admission(False, None, plan.levels[level - 1][0], LIMIT_CODES[code - 1], wait_ms / 1000, rate)
+            limit = MONEY_CODES[code] if code in MONEY_CODES else LIMIT_CODES[code - 1]
+            return Admission(False, None, plan.levels[level - 1][0], limit, wait_ms / 1000, rate)
         reservation = Reservation(
             id=member, request_id=request_id, key_id=key.id, sub_account_id=key.sub_account_id,
             account_id=key.account_id, model=model, estimated_tokens=estimated_tokens, slot=sec, day=day,
@@ -168,13 +207,17 @@ class RedisQuotaService(QuotaService):
             lease_levels=tuple(c.level for c in charges if c.quota.max_concurrency is not None),
             budget_levels=tuple(c.level for c in charges
                                 if c.quota.tokens_per_day is not None or c.quota.tokens_per_month is not None),
+            cost=quote.cost, prices=quote.prices, multiplier=quote.multiplier,
+            budget_fields=tuple(str(f) for f in money[1::2]), balance=plan.balance,
         )
         return Admission(True, reservation, rate=rate)
 
     def _fallback(self, plan: _KeyPlan, key: KeyInfo, model: str, estimated_tokens: int,
-                  request_id: str) -> Admission:
+                  request_id: str, quote: Quote) -> Admission:
         policy, replicas = self._settings.redis_down, self._settings.gateway_replicas
         if plan.charges is None:  # never saw this key's quotas: nothing safe to enforce
+            return Admission(False, degraded=True, unavailable=True)
+        if plan.balance and policy.budgets != OnRedisDown.fail_open:  # a balance cannot be split over replicas
             return Admission(False, degraded=True, unavailable=True)
         charges = []
         for charge in plan.charges:
@@ -183,7 +226,7 @@ class RedisQuotaService(QuotaService):
                 return Admission(False, degraded=True, unavailable=True)
             charges.append(Charge(charge.level, charge.id, quota))
         answer = self._local.admit(charges, key_id=key.id, model=model, estimated_tokens=estimated_tokens,
-                                   request_id=request_id)
+                                   request_id=request_id, quote=quote)
         answer.degraded = True
         return answer
 
@@ -203,17 +246,21 @@ class RedisQuotaService(QuotaService):
             self._mark_up()
 
     async def settle(self, reservation: Reservation, *, prompt_tokens: int, completion_tokens: int,
-                     model: str) -> None:
-        check_counts(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+                     model: str, cached_tokens: int = 0, channel: str | None = None, outcome: str = "ok") -> None:
+        check_counts(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cached_tokens=cached_tokens)
         reservation = replace(reservation, model=model)
+        cost = settled_cost(reservation, prompt_tokens=prompt_tokens, cached_tokens=cached_tokens,
+                            completion_tokens=completion_tokens, channel=channel)
         if reservation.local:
-            if not self._local.settle(reservation, prompt_tokens + completion_tokens):
+            if not self._local.settle(reservation, prompt_tokens + completion_tokens, cost=cost):
                 return
             # Redis's counters never held this estimate: replay only the ledger and the budgets.
             budgets = tuple(level for level, _ in reservation.levels())
+            plan = self._plans.get(reservation.key_id)  # a fail-open balance still pays for what was served
             reservation = replace(reservation, estimated_tokens=0, tpm_levels=(), lease_levels=(),
-                                  budget_levels=budgets)
-        work = _Settlement(reservation, prompt_tokens, completion_tokens)
+                                  budget_levels=budgets, cost=0, balance=plan is not None and plan.balance)
+        work = _Settlement(reservation, prompt_tokens, completion_tokens,
+                           Spend(min(cached_tokens, prompt_tokens), cost, channel or ""), outcome)
         if not self._pending and self._may_try():
             try:
                 await self._write(work)
@@ -235,12 +282,17 @@ class RedisQuotaService(QuotaService):
                 rk.ledger_key(res.account_id, "day", res.day),
                 rk.ledger_index(res.account_id, "hour"), rk.ledger_index(res.account_id, "day")]
         args: list[str | int] = [res.id, res.slot, res.day, res.month, res.estimated_tokens, work.prompt_tokens,
-                                 work.completion_tokens, ledger_field(res.key_id, res.sub_account_id, res.model)]
+                                 work.completion_tokens,
+                                 ledger_field(res.key_id, res.sub_account_id, res.model, work.spend.channel)]
         for level, level_id in res.levels():
             keys.extend(rk.level_keys(res.account_id, level, level_id))
             args.extend((int(level in res.tpm_levels), int(level in res.lease_levels),
                          int(level in res.budget_levels)))
-        await self._batch.call(self._settle, keys, args)
+        fields = res.budget_fields or ("-",) * len(res.levels())
+        args.extend((work.spend.cost, res.cost, work.spend.cached_tokens, int(res.balance), *fields))
+        settled = self._batch.call(self._settle, keys, args)
+        audit = self._audit.write(res, work.prompt_tokens, work.completion_tokens, work.spend, work.outcome)
+        await (settled if audit is None else asyncio.gather(settled, audit))
 
     async def flush_pending(self) -> int:
         """Writes settlements that waited for Redis, oldest first; returns how many are still waiting.
@@ -276,11 +328,12 @@ def _window(limit_remaining_reset: list[int]) -> tuple[int | None, int | None, f
     return (None, None, None) if limit < 0 else (limit, remaining, reset_ms / 1000)
 
 
-def _charges(plan: _KeyPlan, raw: list[str]) -> list[Charge]:
+def _charges(plan: _KeyPlan, raw: list[str], budgets: list[str]) -> list[Charge]:
     """The quotas the script read ('-' is unlimited), kept for the fallback; rebuilt only when they change."""
-    if plan.raw_quotas != raw or plan.charges is None:
-        plan.raw_quotas = raw
+    if plan.raw_quotas != raw + budgets or plan.charges is None:
+        plan.raw_quotas = raw + budgets
         values = [None if v == "-" else int(v) for v in raw]
-        plan.charges = [Charge(level, level_id, Quota(*values[i * 5:i * 5 + 5]))
+        plan.charges = [Charge(level, level_id, Quota(**dict(zip(QUOTA_FIELDS, values[i * 5:i * 5 + 5], strict=True)),
+                                                      budget=None if budgets[i] == "-" else Budget.of_spec(budgets[i])))
                         for i, (level, level_id) in enumerate(plan.levels)]
     return plan.charges

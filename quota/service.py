@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from quota.admin import QuotaAdmin, hash_secret
 from quota.admin_keys import AdminKeys
 from quota.audit import AuditLog
+from quota.money_admin import MoneyAdmin
 from quota.records import Admission, ApiKey, AuthResult, KeyInfo, Reservation
 
 LAST_USED_INTERVAL = 60.0  # seconds between two last_used_at writes for one key, per process
@@ -84,9 +85,13 @@ class QuotaService(ABC):
     async def _lookup_key(self, secret_hash: str) -> ApiKey | None:
         """The key with this secret hash, or None; raises StoreUnavailable when the store is out of reach."""
 
+    money: MoneyAdmin
+
     @abstractmethod
-    async def admit(self, key: KeyInfo, *, model: str, estimated_tokens: int, request_id: str) -> Admission:
-        """Checks and reserves on every level at once; never raises for a store outage."""
+    async def admit(self, key: KeyInfo, *, model: str, estimated_tokens: int, request_id: str,
+                    max_output_tokens: int = 0) -> Admission:
+        """Checks and reserves on every level at once; never raises for a store outage. `estimated_tokens`
+        includes `max_output_tokens`, which the maximum cost prices at the output price."""
 
     @abstractmethod
     async def renew(self, reservation: Reservation) -> None:
@@ -94,8 +99,10 @@ class QuotaService(ABC):
 
     @abstractmethod
     async def settle(self, reservation: Reservation, *, prompt_tokens: int, completion_tokens: int,
-                     model: str) -> None:
-        """Replaces the estimate with real usage and writes the ledger; a second call is a no-op."""
+                     model: str, cached_tokens: int = 0, channel: str | None = None, outcome: str = "ok") -> None:
+        """Replaces the estimate with real usage and writes the ledger with the cost at the prices the request
+        was admitted with (the channel's own price when it has one), and the request's audit record; a second
+        call is a no-op."""
 
     @abstractmethod
     async def close(self) -> None: ...

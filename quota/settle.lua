@@ -28,4 +28,16 @@ end
 local hour = math.floor(slot / 3600)
 redis.call('ZADD', KEYS[4], hour, hour)
 redis.call('ZADD', KEYS[5], day, day)
+-- money (budget.lua), ARGV after the levels' flags: real cost, reserved cost, cached input tokens, '1' when the
+-- account has a balance, then each level's charged budget field ('-' when none); the ledger keeps the cost
+local at = 8 + (#KEYS - 5) / 2 * 3
+local cost, cached = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 3])
+for i = 1, (#KEYS - 5) / 2 do
+  local last = i == (#KEYS - 5) / 2
+  money_settle(KEYS[5 + (i - 1) * 2 + 1], ARGV[at + 4 + i], cost - tonumber(ARGV[at + 2]), last and ARGV[at + 4] == '1')
+end
+for k = 2, 3 do
+  redis.call('HINCRBY', KEYS[k], field .. '|$', cost)
+  redis.call('HINCRBY', KEYS[k], field .. '|ca', cached)
+end
 return 1

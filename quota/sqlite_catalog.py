@@ -11,9 +11,12 @@ from typing import Any
 
 from quota.admin_keys import AdminKey
 from quota.audit import AuditQuery
+from quota.balance import JOURNAL_SHOWN, BalanceEntry
 from quota.calendar import month_days
 from quota.catalog import UsageQuery
+from quota.money import Price, Spend
 from quota.records import Account, ApiKey, Level, Reservation, SubAccount, UsageRow, from_json, to_json
+from quota.request_audit import AuditRecord
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS accounts (id TEXT PRIMARY KEY, body TEXT NOT NULL);
@@ -24,13 +27,30 @@ CREATE TABLE IF NOT EXISTS usage (
     granularity TEXT NOT NULL, period INTEGER NOT NULL, account_id TEXT NOT NULL,
     sub_account_id TEXT NOT NULL, key_id TEXT NOT NULL, model TEXT NOT NULL,
     prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL, requests INTEGER NOT NULL,
-    PRIMARY KEY (granularity, period, account_id, sub_account_id, key_id, model));
+    cached_tokens INTEGER NOT NULL DEFAULT 0, cost INTEGER NOT NULL DEFAULT 0, channel TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (granularity, period, account_id, sub_account_id, key_id, model, channel));
 CREATE TABLE IF NOT EXISTS key_grace (secret_hash TEXT PRIMARY KEY, key_id TEXT NOT NULL, until REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS admin_keys (id TEXT PRIMARY KEY, secret_hash TEXT NOT NULL UNIQUE, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS audit (seq INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, actor TEXT NOT NULL,
                                   action TEXT NOT NULL, body TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS audit_at ON audit (at);
+CREATE TABLE IF NOT EXISTS prices (model TEXT NOT NULL, channel TEXT, input INTEGER NOT NULL,
+    cached_input INTEGER NOT NULL, output INTEGER NOT NULL, effective_from REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS balances (account_id TEXT PRIMARY KEY, balance INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS request_records (account_id TEXT NOT NULL, day INTEGER NOT NULL, line TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS request_records_by_day ON request_records (account_id, day);
+CREATE TABLE IF NOT EXISTS balance_journal (account_id TEXT NOT NULL, at REAL NOT NULL, amount INTEGER NOT NULL,
+    note TEXT NOT NULL, balance INTEGER NOT NULL);
 """
+# a ledger written before costs were kept: rebuilt once with the money columns and the channel in its key
+MONEY_MIGRATION = """
+ALTER TABLE usage RENAME TO usage_tokens_only;
+{schema}
+INSERT INTO usage (granularity, period, account_id, sub_account_id, key_id, model, prompt_tokens,
+    completion_tokens, requests) SELECT * FROM usage_tokens_only;
+DROP TABLE usage_tokens_only;
+"""
+PRUNE_RECORDS_EVERY = 1000  # settlements between two deletions of request records past their retention
 LEVEL_COLUMN = {Level.key: "key_id", Level.sub_account: "sub_account_id", Level.account: "account_id"}
 
 
@@ -42,8 +62,13 @@ class SqliteCatalog:
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        columns = [str(r[1]) for r in self._db.execute("PRAGMA table_info(usage)").fetchall()]
+        if columns and "cost" not in columns:
+            self._db.executescript("BEGIN;" + MONEY_MIGRATION.format(schema=SCHEMA) + "COMMIT;")
         self._db.executescript(SCHEMA)
         self._lock = threading.Lock()
+        self.records_retention = 0  # seconds
+        self._audited = 0
 
     def close(self) -> None:
         with self._lock:
@@ -154,19 +179,32 @@ class SqliteCatalog:
             " ORDER BY id", (account_id, sub_account_id))
         return [from_json(ApiKey, json.loads(str(r[0]))) for r in rows]
 
-    def record_usage(self, reservation: Reservation, prompt_tokens: int, completion_tokens: int) -> None:
-        """Adds one settled request to its hour and day rows, in one transaction."""
-        res = reservation
+    def record_usage(self, reservation: Reservation, prompt_tokens: int, completion_tokens: int,
+                     spend: Spend | None = None, audit: AuditRecord | None = None) -> None:
+        """Adds one settled request to its hour and day rows (and its cost to a prepaid balance), in one
+        transaction."""
+        res, spend = reservation, spend or Spend()
         base = (res.account_id, res.sub_account_id or "", res.key_id, res.model,
-                prompt_tokens, completion_tokens)
+                prompt_tokens, completion_tokens, spend.cached_tokens, spend.cost, spend.channel)
         with self._lock, self._db:
             self._db.execute("BEGIN")
             for granularity, period in (("hour", res.slot // 3600), ("day", res.slot // 86400)):
                 self._db.execute(
-                    "INSERT INTO usage VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1) ON CONFLICT DO UPDATE SET"
+                    "INSERT INTO usage VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?) ON CONFLICT DO UPDATE SET"
                     " prompt_tokens = prompt_tokens + excluded.prompt_tokens,"
                     " completion_tokens = completion_tokens + excluded.completion_tokens,"
-                    " requests = requests + 1", (granularity, period, *base))
+                    " requests = requests + 1, cached_tokens = cached_tokens + excluded.cached_tokens,"
+                    " cost = cost + excluded.cost", (granularity, period, *base))
+            if res.balance:
+                self._db.execute("UPDATE balances SET balance = balance - ? WHERE account_id = ?",
+                                 (spend.cost, res.account_id))
+            if audit is not None:
+                self._db.execute("INSERT INTO request_records VALUES (?, ?, ?)",
+                                 (res.account_id, res.day, audit.encode()))
+                self._audited += 1
+                if self._audited % PRUNE_RECORDS_EVERY == 0:
+                    self._db.execute("DELETE FROM request_records WHERE day < ?",
+                                     (res.day - self.records_retention // 86400,))
 
     def tokens_used(self, level: Level, level_id: str, period_kind: str, period: int) -> int:
         """Settled tokens of one level in a day or a month, to seed budget counters after a restart."""
@@ -176,14 +214,60 @@ class SqliteCatalog:
             f" AND period BETWEEN ? AND ? AND {LEVEL_COLUMN[level]} = ?", (first, last, level_id))
         return int(str(rows[0][0]))
 
+    async def requests(self, account_id: str, day: int, limit: int) -> list[AuditRecord]:
+        rows = self._rows("SELECT line FROM request_records WHERE account_id = ? AND day = ? ORDER BY rowid LIMIT ?",
+                          (account_id, day, limit))
+        return [AuditRecord.decode(str(r[0])) for r in rows]
+
+    def cost_spent(self, level: Level, level_id: str, first: int, end: int) -> int:
+        """Settled cost of one level in the hours from `first` to `end` (seconds), to seed spend after a restart."""
+        rows = self._rows(
+            f"SELECT COALESCE(SUM(cost), 0) FROM usage WHERE granularity = 'hour' AND period >= ? AND period < ?"
+            f" AND {LEVEL_COLUMN[level]} = ?", (first // 3600, -(-end // 3600), level_id))
+        return int(str(rows[0][0]))
+
     async def usage(self, query: UsageQuery) -> list[UsageRow]:
         first, last = query.period_bounds()
         size = 3600 if query.granularity == "hour" else 86400
         rows = self._rows(
-            "SELECT period, account_id, sub_account_id, key_id, model, prompt_tokens, completion_tokens, requests"
-            " FROM usage WHERE granularity = ?1 AND (?2 IS NULL OR period >= ?2) AND (?3 IS NULL OR period < ?3)"
+            "SELECT period, account_id, sub_account_id, key_id, model, prompt_tokens, completion_tokens, requests,"
+            " cached_tokens, cost, channel FROM usage WHERE granularity = ?1 AND (?2 IS NULL OR period >= ?2) AND (?3 IS NULL OR period < ?3)"
             " AND (?4 IS NULL OR account_id = ?4) AND (?5 IS NULL OR sub_account_id = ?5)"
             " AND (?6 IS NULL OR key_id = ?6) AND (?7 IS NULL OR model = ?7) ORDER BY period, key_id, model",
             (query.granularity, first, last, query.account_id, query.sub_account_id, query.key_id, query.model))
         return [UsageRow(datetime.fromtimestamp(int(str(r[0])) * size, UTC), str(r[1]), str(r[2]) or None,
-                         str(r[3]), str(r[4]), int(str(r[5])), int(str(r[6])), int(str(r[7]))) for r in rows]
+                         str(r[3]), str(r[4]), int(str(r[5])), int(str(r[6])), int(str(r[7])), int(str(r[8])),
+                         int(str(r[9])), str(r[10])) for r in rows]
+
+    async def put_price(self, price: Price) -> None:
+        self._write("INSERT INTO prices VALUES (?, ?, ?, ?, ?, ?)", (price.model, price.channel, price.input,
+                    price.cached_input, price.output, price.effective_from))
+
+    async def list_prices(self) -> list[Price]:
+        rows = self._rows("SELECT model, channel, input, cached_input, output, effective_from FROM prices"
+                          " ORDER BY effective_from, rowid")
+        return [Price(str(r[0]), int(str(r[2])), int(str(r[3])), int(str(r[4])),
+                      None if r[1] is None else str(r[1]), float(str(r[5]))) for r in rows]
+
+    def balances(self) -> dict[str, int]:
+        """Every prepaid balance, to load the admission counters at start."""
+        return {str(r[0]): int(str(r[1])) for r in self._rows("SELECT account_id, balance FROM balances")}
+
+    async def add_balance(self, account_id: str, amount: int, note: str, at: float) -> BalanceEntry:
+        with self._lock, self._db:
+            self._db.execute("BEGIN")
+            self._db.execute("INSERT INTO balances VALUES (?, ?) ON CONFLICT DO UPDATE SET"
+                             " balance = balance + excluded.balance", (account_id, amount))
+            balance = int(self._db.execute("SELECT balance FROM balances WHERE account_id = ?",
+                                           (account_id,)).fetchone()[0])
+            entry = BalanceEntry(at, amount, note, balance)
+            self._db.execute("INSERT INTO balance_journal VALUES (?, ?, ?, ?, ?)",
+                             (account_id, at, amount, note, balance))
+        return entry
+
+    async def balance(self, account_id: str) -> tuple[int | None, list[BalanceEntry]]:
+        found = self._rows("SELECT balance FROM balances WHERE account_id = ?", (account_id,))
+        rows = self._rows("SELECT at, amount, note, balance FROM balance_journal WHERE account_id = ?"
+                          " ORDER BY rowid DESC LIMIT ?", (account_id, JOURNAL_SHOWN))
+        journal = [BalanceEntry(float(str(r[0])), int(str(r[1])), str(r[2]), int(str(r[3]))) for r in rows]
+        return (int(str(found[0][0])) if found else None), journal[::-1]

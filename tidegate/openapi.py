@@ -67,8 +67,10 @@ SCHEMAS: dict[str, Any] = {
         "prompt_tokens": {"type": "integer"}, "completion_tokens": {"type": "integer"},
         "total_tokens": {"type": "integer"}}},
     "Quota": {"type": "object", "properties": {
-        name: {"type": ["integer", "null"], "minimum": 0}
-        for name in ("rpm", "tpm", "max_concurrency", "tokens_per_day", "tokens_per_month")}},
+        **{name: {"type": ["integer", "null"], "minimum": 0}
+           for name in ("rpm", "tpm", "max_concurrency", "tokens_per_day", "tokens_per_month")},
+        "budget": {"type": ["object", "null"], "required": ["amount", "window"], "properties": {
+            "amount": {"type": "number", "minimum": 0}, "window": {"type": "string"}}}}},
 }
 
 
@@ -143,6 +145,7 @@ def admin_paths() -> dict[str, Any]:
             _param(p) for p in ("account_id", "sub_account_id", "key_id", "model", "start", "end")]),
         "/admin/channels": _admin("get", "Channel health, breaker state, in-flight and error rate"),
         **admin_access_paths(),
+        **money_paths(),
     }
 
 
@@ -161,6 +164,28 @@ def admin_access_paths() -> dict[str, Any]:
         "/admin/admin-keys/{id}": _admin("delete", "Revoke an admin key", params=[_param("id", "path")]),
         "/admin/audit": _admin("get", "Admin changes, newest first", params=[
             _param(p) for p in ("actor", "action", "since", "limit")]),
+    }
+
+
+def money_paths() -> dict[str, Any]:
+    amount = {"type": "number", "minimum": 0}
+    price = {"type": "object", "required": ["input", "output"], "properties": {
+        "input": amount, "cached_input": amount, "output": amount, "channel": {"type": "string"},
+        "effective_from": {"type": "string", "format": "date-time"}}}
+    top_up = {"type": "object", "required": ["amount"], "properties": {"amount": {"type": "number"},
+                                                                        "note": {"type": "string"}}}
+    account = [_param("id", "path")]
+    return {
+        "/admin/prices": _admin("get", "Every price, oldest first"),
+        "/admin/prices/{model}": _admin("put", "A model's price per million tokens from effective_from on", price,
+                                        params=[_param("model", "path")]),
+        "/admin/accounts/{id}/balance": {**_admin("post", "Top up or adjust a prepaid balance", top_up, "201",
+                                                  account),
+                                         **_admin("get", "A prepaid balance and its journal", params=account)},
+        "/admin/accounts/{id}/requests": _admin("get", "Per-request audit records of one UTC day", params=[
+            *account, _param("day"), _param("limit")]),
+        "/admin/usage/unit-cost": _admin("get", "Cost per million tokens of own channels, per day",
+                                   params=[_param("start"), _param("end")]),
     }
 
 

@@ -43,3 +43,8 @@ export function formatQuota(quota) {
 export function formatNumber(value) {
   return Number(value ?? 0).toLocaleString("en-US");
 }
+
+// Spend in currency units, down to the micro-unit the ledger keeps.
+export function formatMoney(value) {
+  return Number(value ?? 0).toLocaleString("en-US", { maximumFractionDigits: 6 });
+}

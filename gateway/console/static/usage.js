@@ -1,6 +1,6 @@
 // Usage over time as an inline SVG chart, and live RPM and TPM against each level's quota.
 import { api, query, state } from "./api.js";
-import { $, el, fillRows, formatNumber, svg } from "./dom.js";
+import { $, el, fillRows, formatMoney, formatNumber, svg } from "./dom.js";
 import { keyState, subAccountName } from "./tenants.js";
 
 const COLORS = ["#1f6feb", "#e8590c", "#2f9e44", "#ae3ec9", "#f08c00", "#0c8599", "#c2255c", "#5c940d"];
@@ -19,6 +19,7 @@ function usageRows(body) {
     prompt_tokens: Number(row.prompt_tokens ?? 0),
     completion_tokens: Number(row.completion_tokens ?? 0),
     total_tokens: Number(row.prompt_tokens ?? 0) + Number(row.completion_tokens ?? 0),
+    cost: Number(row.cost ?? 0),
   }));
 }
 
@@ -59,27 +60,28 @@ export async function refreshUsage() {
     if (!series.has(name)) series.set(name, new Array(times.length).fill(0));
     const bucket = Math.min(times.length - 1, Math.max(0, Math.floor((row.t - first) / step)));
     series.get(name)[bucket] += row[measure];
-    const total = totals.get(name) ?? { requests: 0, prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
+    const total = totals.get(name) ?? { requests: 0, prompt_tokens: 0, completion_tokens: 0, total_tokens: 0, cost: 0 };
     for (const field of Object.keys(total)) total[field] += row[field];
     totals.set(name, total);
   }
-  $("#usage-chart").replaceChildren(lineChart(times, series));
+  $("#usage-chart").replaceChildren(lineChart(times, series, measure === "cost" ? formatMoney : formatNumber));
   fillRows($("#usage-table"), [...totals].map(([name, t]) => el("tr", { "data-series": name },
     el("td", {}, name), el("td", {}, formatNumber(t.requests)), el("td", {}, formatNumber(t.prompt_tokens)),
-    el("td", {}, formatNumber(t.completion_tokens)), el("td", {}, formatNumber(t.total_tokens)))));
+    el("td", {}, formatNumber(t.completion_tokens)), el("td", {}, formatNumber(t.total_tokens)),
+    el("td", { class: "cost" }, formatMoney(t.cost)))));
 }
 
 // An inline SVG line chart: one polyline per series over shared time buckets.
-function lineChart(times, series) {
+function lineChart(times, series, format) {
   const width = 800, height = 220, left = 50, bottom = 24, top = 10;
-  const max = Math.max(1, ...[...series.values()].flat());
+  const max = Math.max(0, ...[...series.values()].flat()) || 1;  // spend is often below 1
   const x = (i) => left + (i / Math.max(1, times.length - 1)) * (width - left - 10);
   const y = (v) => top + (1 - v / max) * (height - top - bottom);
   const label = (ms) => new Date(ms).toLocaleString("en-GB", { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
   const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "usage over time" },
     svg("line", { class: "axis", x1: left, y1: y(0), x2: width - 10, y2: y(0) }),
     svg("line", { class: "axis", x1: left, y1: top, x2: left, y2: y(0) }),
-    svg("text", { x: left - 6, y: top + 8, "text-anchor": "end" }, formatNumber(max)),
+    svg("text", { x: left - 6, y: top + 8, "text-anchor": "end" }, format(max)),
     svg("text", { x: left - 6, y: y(0), "text-anchor": "end" }, "0"),
     svg("text", { x: left, y: height - 6 }, label(times[0])),
     svg("text", { x: width - 10, y: height - 6, "text-anchor": "end" }, label(times[times.length - 1])),
