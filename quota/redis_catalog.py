@@ -219,7 +219,7 @@ class RedisCatalog:
         return BalanceEntry(at, amount, note, int(balance))
 
     async def requests(self, account_id: str, day: int, limit: int) -> list[AuditRecord]:
-        return [AuditRecord.decode(str(line)) for line in await self._r.lrange(rk.audit_key(account_id, day), 0,
+        return [AuditRecord.decode(str(line)) for line in await self._r.lrange(rk.request_records_key(account_id, day), 0,
                                                                                 limit - 1)]
 
     async def balance(self, account_id: str) -> tuple[int | None, list[BalanceEntry]]:

@@ -52,8 +52,8 @@ ACCOUNTS = "tg:accounts"
 PRICES = "tg:prices"  # every price ever set, oldest first: a request keeps the one in force at its admission
 
 
-def audit_key(account_id: str, day: int) -> str:
-    return f"{tag(account_id)}:audit:{day}"
+def request_records_key(account_id: str, day: int) -> str:
+    return f"{tag(account_id)}:requests:{day}"
 
 
 def balance_journal(account_id: str) -> str:

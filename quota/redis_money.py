@@ -40,4 +40,4 @@ class AuditLines:
         if not self._ttl:
             return None
         line = AuditRecord.of(res, prompt_tokens, completion_tokens, spend, outcome).encode()
-        return self._batch.call(self._script, [rk.audit_key(res.account_id, res.day)], [line, self._ttl])
+        return self._batch.call(self._script, [rk.request_records_key(res.account_id, res.day)], [line, self._ttl])
