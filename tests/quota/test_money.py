@@ -176,7 +176,7 @@ async def test_a_day_of_audit_records_costs_under_100_bytes_per_request_in_redis
         await service.settle(answer.reservation, prompt_tokens=1834, completion_tokens=412, cached_tokens=1024,
                              model="smollm2", channel="local-1")
     client = redis.Redis.from_url(redis_server.url)
-    lists = client.keys("*:audit:*")
+    lists = client.keys("*:requests:*")
     assert len(lists) == 1 and client.llen(lists[0]) == 1000
     assert client.memory_usage(lists[0]) / 1000 < 100
     assert 0 < client.ttl(lists[0]) <= 31 * 86400  # kept for the retention (30 days by default), then gone
