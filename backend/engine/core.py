@@ -23,7 +23,7 @@ from backend.engine.sampling_params import SamplingParams
 from backend.engine.scheduler import Scheduler
 from backend.engine.sequence import FinishReason, Sequence, SequenceStatus
 from backend.executor.runner import ModelRunner, kv_block_bytes
-from backend.executor.sampler import Sampler
+from backend.executor.sampler import Sampler, TokenLogprobs
 from backend.loading.loader import LoadedModel, load_model
 from backend.loading.tokenizer import IncrementalDetokenizer
 
@@ -74,7 +74,8 @@ class Engine:
         self._lock = threading.Condition()  # guards the scheduler, the pool, _seqs and _outputs
         # Held while outputs are detokenized and delivered, outside _lock; taken before _lock, never after.
         self._output_lock = threading.Lock()
-        self._outputs: list[tuple[Sequence, int]] = []  # tokens sampled but not yet turned into deltas
+        # tokens sampled but not yet turned into deltas
+        self._outputs: list[tuple[Sequence, int, TokenLogprobs | None]] = []
         self._seqs: dict[str, Sequence] = {}
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -208,14 +209,14 @@ class Engine:
             return False
         with torch.inference_mode():
             logits, sampled = self.runner.run(batch)
-            tokens = self.sampler(logits, sampled)
+            sampled_out = self.sampler(logits, sampled)
         sampling = cast("list[Sequence]", sampled)  # the runner hands back the batch's own sequences
         now = time.monotonic()
         with self._lock:
             self.scheduler.advance(batch)
-            for seq, token_id in zip(sampling, tokens, strict=True):
+            for seq, token_id, logprobs in zip(sampling, sampled_out.token_ids, sampled_out.logprobs, strict=True):
                 if seq.status is SequenceStatus.RUNNING:  # not aborted while the step ran
-                    self._append(seq, token_id, now)
+                    self._append(seq, token_id, logprobs, now)
             self._steps += 1
         self._process_outputs()
         return True
@@ -262,7 +263,7 @@ class Engine:
                 f"{total} tokens ({len(prompt)} in the prompt, {request.params.max_tokens} in the completion)."
             )
 
-    def _append(self, seq: Sequence, token_id: int, now: float) -> None:
+    def _append(self, seq: Sequence, token_id: int, logprobs: TokenLogprobs | None, now: float) -> None:
         seq.token_ids.append(token_id)
         if seq.timings.first_token is None:
             seq.timings.first_token = now
@@ -270,7 +271,7 @@ class Engine:
         reason = finish_reason(seq, token_id, self._eos)
         if reason is not None:
             self._finish_locked(seq, reason)
-        self._outputs.append((seq, token_id))
+        self._outputs.append((seq, token_id, logprobs))
 
     def _process_outputs(self, then: Callable[[], None] | None = None) -> None:
         """Turn the sampled tokens into deltas outside the engine lock; once none are left, run `then` under
@@ -283,12 +284,14 @@ class Engine:
                         if then is not None:
                             then()
                         return
-                for seq, token_id in outputs:
+                for seq, token_id, logprobs in outputs:
+                    # a stop token is no part of the output, so it has no logprobs entry either
+                    shown = [] if logprobs is None or seq.finish_reason is FinishReason.STOP else [logprobs]
                     text, stopped = step_text(seq, token_id)
                     if stopped:
                         with self._lock:
                             self._finish_locked(seq, FinishReason.STOP)
-                    self._deliver(seq, text, [token_id])
+                    self._deliver(seq, text, [token_id], shown)
 
     def _finish_locked(self, seq: Sequence, reason: FinishReason) -> None:
         if seq.is_finished:  # the token that reached max_tokens completed a stop string: "stop" wins
@@ -308,9 +311,10 @@ class Engine:
         for request_id in list(self._seqs):
             self._abort_locked(request_id)
 
-    def _deliver(self, seq: Sequence, text: str, token_ids: list[int]) -> None:
+    def _deliver(self, seq: Sequence, text: str, token_ids: list[int],
+                 logprobs: list[TokenLogprobs] | None = None) -> None:
         if seq.sink is not None:
-            seq.sink(delta(seq, text, token_ids))
+            seq.sink(delta(seq, text, token_ids, logprobs or []))
 
     def _loop(self) -> None:
         while True:

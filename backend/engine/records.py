@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.sequence import RequestTimings
+from backend.executor.sampler import TokenLogprobs
 
 
 @dataclass(slots=True)
@@ -31,6 +32,7 @@ class Delta:
     completion_tokens: int
     cached_tokens: int
     timings: RequestTimings | None = None
+    logprobs: list[TokenLogprobs] = field(default_factory=list)  # one per output token, when asked for
 
 
 @dataclass(slots=True)
@@ -43,6 +45,7 @@ class Completion:
     prompt_tokens: int
     cached_tokens: int
     timings: RequestTimings
+    logprobs: list[TokenLogprobs] = field(default_factory=list)
 
     @classmethod
     def from_deltas(cls, deltas: list[Delta]) -> Completion:
@@ -56,6 +59,7 @@ class Completion:
             prompt_tokens=last.prompt_tokens,
             cached_tokens=last.cached_tokens,
             timings=last.timings,
+            logprobs=[lp for d in deltas for lp in d.logprobs],
         )
 
 

@@ -14,6 +14,8 @@ from backend.engine.sampling_params import SamplingParams
 if TYPE_CHECKING:
     import torch
 
+    from backend.executor.penalties import PenaltyState
+
 
 class SequenceStatus(Enum):
     WAITING = "waiting"
@@ -58,6 +60,7 @@ class Sequence:
         "num_prompt_tokens",
         "output",
         "params",
+        "penalty_state",
         "priority",
         "queue_deadline",
         "request_id",
@@ -92,6 +95,7 @@ class Sequence:
         self.timings = RequestTimings(queued=time.monotonic())
         self.queue_deadline: float | None = None  # monotonic time by which it must have started
         self.generator: torch.Generator | None = None
+        self.penalty_state: PenaltyState | None = None  # token counts, for a penalized request's sampler
         self.output: Any = None  # the engine's text/stop state for this request
         self.sink: Callable[[Any], None] | None = None  # where the engine delivers deltas
 

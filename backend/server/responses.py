@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from backend.executor.sampler import TokenLogprobs
+from backend.server.logprobs import LogprobsFormatter
 from backend.server.protocol import Endpoint
 
 
@@ -24,20 +26,23 @@ class ResponseBuilder:
     model: str
     include_usage: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
+    logprobs: LogprobsFormatter | None = None  # set when the request asked for logprobs
 
     @property
     def id(self) -> str:
         prefix = "chatcmpl-" if self.endpoint is Endpoint.CHAT else "cmpl-"
         return prefix + self.request_hex
 
-    def response(self, text: str, finish_reason: str, usage_body: dict[str, Any]) -> dict[str, Any]:
+    def response(self, text: str, finish_reason: str, usage_body: dict[str, Any],
+                 logprobs: list[TokenLogprobs] | None = None) -> dict[str, Any]:
         """The non-streaming body."""
         if self.endpoint is Endpoint.CHAT:
             choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                      "logprobs": None, "finish_reason": finish_reason}
+                                      "logprobs": self._logprobs(logprobs), "finish_reason": finish_reason}
             obj = "chat.completion"
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+            choice = {"index": 0, "text": text, "logprobs": self._logprobs(logprobs),
+                      "finish_reason": finish_reason}
             obj = "text_completion"
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
                 "choices": [choice], "usage": usage_body}
@@ -48,10 +53,14 @@ class ResponseBuilder:
             return None
         return self._chunk({"role": "assistant", "content": ""}, None)
 
-    def text_chunk(self, text: str, finish_reason: str | None = None) -> dict[str, Any]:
+    def text_chunk(self, text: str, finish_reason: str | None = None,
+                   logprobs: list[TokenLogprobs] | None = None) -> dict[str, Any]:
         if self.endpoint is Endpoint.CHAT:
-            return self._chunk({"content": text} if text else {}, finish_reason)
-        return self._chunk(text, finish_reason)
+            body = self._chunk({"content": text} if text or logprobs else {}, finish_reason)
+        else:
+            body = self._chunk(text, finish_reason)
+        body["choices"][0]["logprobs"] = self._logprobs(logprobs)
+        return body
 
     def usage_chunk(self, usage_body: dict[str, Any]) -> dict[str, Any]:
         """The `include_usage` chunk: empty choices, the usage of the whole request."""
@@ -70,6 +79,9 @@ class ResponseBuilder:
         if self.include_usage:
             body["usage"] = None  # OpenAI marks every chunk but the last as carrying no usage
         return body
+
+    def _logprobs(self, entries: list[TokenLogprobs] | None) -> dict[str, Any] | None:
+        return self.logprobs.body(entries) if self.logprobs is not None and entries else None
 
     def _envelope(self) -> dict[str, Any]:
         obj = "chat.completion.chunk" if self.endpoint is Endpoint.CHAT else "text_completion"

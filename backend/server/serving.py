@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response
 from backend.engine.errors import EngineOverloaded, InvalidGenerateRequest, QueueTimeout
 from backend.engine.records import Delta, GenerateRequest
 from backend.server.api_errors import ApiError, internal, invalid, model_not_found, unavailable
+from backend.server.logprobs import LogprobsFormatter
 from backend.server.protocol import (
     Endpoint,
     ValidatedRequest,
@@ -70,6 +71,7 @@ class OpenAIServing:
         self.tracing = tracing
         self.settings = settings
         self.engine: Engine | None = None  # set once the model is loaded and warmed up
+        self.generation_defaults: dict[str, Any] = {}  # what a request's omitted sampling fields become
 
     async def handle(self, request: Request, endpoint: Endpoint) -> Response:
         record = RequestLogLine(request_id(request.headers), endpoint.value,
@@ -106,9 +108,15 @@ class OpenAIServing:
             prompt_ids = await asyncio.to_thread(self._prompt_ids, engine, req)
         else:
             prompt_ids = self._prompt_ids(engine, req)
-        params = req.sampling_params(resolve_max_tokens(req, len(prompt_ids), engine.max_model_len))
+        params = req.sampling_params(resolve_max_tokens(req, len(prompt_ids), engine.max_model_len),
+                                     self.generation_defaults)
         check_token_ids(params.stop_token_ids, engine.tokenizer.vocab_size, "stop_token_ids")
+        check_token_ids(list(params.logit_bias), engine.tokenizer.vocab_size, "logit_bias")
         builder = ResponseBuilder(endpoint, uuid.uuid4().hex, self.served_model, req.include_usage)
+        if params.logprobs is not None:
+            tokenizer = engine.tokenizer
+            builder.logprobs = LogprobsFormatter(endpoint is Endpoint.CHAT,
+                                                 lambda t: tokenizer.decode([t], skip_special_tokens=False))
         record.response_id = builder.id
         gen = GenerateRequest(request_id=builder.request_hex, prompt_token_ids=prompt_ids, params=params,
                               priority=req.priority, cache_salt=req.cache_salt)
@@ -120,12 +128,14 @@ class OpenAIServing:
             raise self._engine_refusal(exc) from None
         if req.stream:
             return EventStreamResponse(self._events(first, deltas, builder, record))
-        text, last = await self._until_disconnect(request, self._collect(first, deltas, record), gen.request_id)
+        collected = await self._until_disconnect(request, self._collect(first, deltas, record), gen.request_id)
+        last = collected[-1]
         self._finished(record, last)
         if last.finish_reason == "abort":  # the client is still here, so the engine gave up (a failed step)
             raise EngineAborted
         assert last.finish_reason is not None
-        return JSONResponse(builder.response(text, last.finish_reason, usage_of(last)))
+        return JSONResponse(builder.response("".join(d.text for d in collected), last.finish_reason,
+                                             usage_of(last), [lp for d in collected for lp in d.logprobs]))
 
     def _prompt_ids(self, engine: Engine, req: ValidatedRequest) -> list[int]:
         tok = engine.tokenizer
@@ -156,16 +166,16 @@ class OpenAIServing:
             raise ClientGone
         return task.result()
 
-    async def _collect(self, first: Delta, deltas: AsyncIterator[Delta],
-                       record: RequestLogLine) -> tuple[str, Delta]:
-        parts: list[str] = []
+    async def _collect(self, first: Delta, deltas: AsyncIterator[Delta], record: RequestLogLine) -> list[Delta]:
+        """Every delta of the request, the final one last."""
+        collected: list[Delta] = []
         delta = first
         while True:
             if delta.token_ids:
                 record.token_seen()
-            parts.append(delta.text)
+            collected.append(delta)
             if delta.finish_reason is not None:
-                return "".join(parts), delta
+                return collected
             delta = await anext(deltas)
 
     async def _events(self, first: Delta, deltas: AsyncIterator[Delta], builder: ResponseBuilder,
@@ -179,8 +189,8 @@ class OpenAIServing:
             while True:
                 if delta.token_ids:
                     record.token_seen()
-                if delta.text:
-                    yield json_event(builder.text_chunk(delta.text))
+                if delta.text or delta.logprobs:
+                    yield json_event(builder.text_chunk(delta.text, logprobs=delta.logprobs))
                 if delta.finish_reason == "abort":
                     raise EngineAborted
                 if delta.finish_reason is not None:
