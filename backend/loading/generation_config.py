@@ -1,7 +1,7 @@
 """A model's generation defaults: the sampling values a request gets for the fields it leaves out.
 
-`auto` reads the model's own (an HF folder's generation_config.json, a GGUF file's `general.sampling.*`), then
-tidegate's measured table for the models it ships (generation_defaults.json, keyed by file name), which wins;
+`auto` takes tidegate's measured values for the models it ships (generation_defaults.json, keyed by file
+name), else the model's own (an HF folder's generation_config.json, a GGUF file's `general.sampling.*`);
 `none` uses none; a path names a generation_config.json (or a folder holding one). An override JSON object
 goes on top of any of them.
 """
@@ -30,7 +30,8 @@ def generation_defaults(model_path: Path, mode: str = "auto", override: str | No
     if mode == "none":
         defaults: dict[str, Any] = {}
     elif mode == "auto":
-        defaults = {**_model_own(model_path), **_shipped(model_path.name)}
+        # a measured setting is a whole: it replaces the file's own values rather than mixing with them
+        defaults = _shipped(model_path.name) or _model_own(model_path)
     else:
         path = Path(mode).expanduser()
         defaults = _from_hf_file(path / "generation_config.json" if path.is_dir() else path)
@@ -68,7 +69,7 @@ def _from_gguf(path: Path) -> dict[str, Any]:
 def _shipped(file_name: str) -> dict[str, Any]:
     table: dict[str, dict[str, Any]] = json.loads(SHIPPED_TABLE.read_text())
     entry = table.get(file_name, {})
-    return {k: v for k, v in entry.items() if k in DEFAULTABLE}
+    return _typed({k: v for k, v in entry.items() if k in DEFAULTABLE})
 
 
 def _override(text: str) -> dict[str, Any]:
