@@ -14,10 +14,11 @@ from typing import cast
 import torch
 
 from backend.engine.block_pool import BlockPool
+from backend.engine.choices import MAX_CHOICES, request_sequences
 from backend.engine.engine_config import EngineConfig
 from backend.engine.errors import EngineOverloaded, InvalidGenerateRequest, QueueTimeout
 from backend.engine.host import in_passing_thread, keep_freed_memory
-from backend.engine.output import TextOutput, delta, finish_reason, step_text
+from backend.engine.output import delta, finish_reason, step_text
 from backend.engine.records import Completion, Delta, EngineStats, GenerateRequest
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.scheduler import Scheduler
@@ -25,7 +26,6 @@ from backend.engine.sequence import FinishReason, Sequence, SequenceStatus
 from backend.executor.runner import ModelRunner, kv_block_bytes
 from backend.executor.sampler import Sampler, TokenLogprobs
 from backend.loading.loader import LoadedModel, load_model
-from backend.loading.tokenizer import IncrementalDetokenizer
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class Engine:
         self._output_lock = threading.Lock()
         # tokens sampled but not yet turned into deltas
         self._outputs: list[tuple[Sequence, int, TokenLogprobs | None]] = []
-        self._seqs: dict[str, Sequence] = {}
+        self._seqs: dict[str, list[Sequence]] = {}  # each request's choices
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._steps = 0
@@ -115,6 +115,7 @@ class Engine:
 
         self._submit(request, sink, bounded=True)
         done = False
+        unfinished = request.n
         try:
             while True:
                 item = await queue.get()
@@ -122,7 +123,8 @@ class Engine:
                     done = True
                     raise item
                 if item.finish_reason is not None:
-                    done = True
+                    unfinished -= 1
+                    done = unfinished == 0
                 yield item
                 if done:
                     return
@@ -214,6 +216,9 @@ class Engine:
         now = time.monotonic()
         with self._lock:
             self.scheduler.advance(batch)
+            for seq in sampling:  # a first choice whose prompt is now computed starts the request's others
+                if seq.forks:
+                    self.scheduler.fork(seq)
             for seq, token_id, logprobs in zip(sampling, sampled_out.token_ids, sampled_out.logprobs, strict=True):
                 if seq.status is SequenceStatus.RUNNING:  # not aborted while the step ran
                     self._append(seq, token_id, logprobs, now)
@@ -225,24 +230,16 @@ class Engine:
 
     def _submit(self, request: GenerateRequest, sink: Callable, *, bounded: bool) -> None:
         self._validate(request)
-        seq = Sequence(
-            request.request_id,
-            request.prompt_token_ids,
-            request.params,
-            priority=request.priority,
-            cache_salt=request.cache_salt,
-        )
-        seq.output = TextOutput(
-            IncrementalDetokenizer(self.tokenizer, request.prompt_token_ids), request.params.stop
-        )
-        seq.sink = sink
+        seqs = request_sequences(request, self.tokenizer)
+        for seq in seqs:
+            seq.sink = sink
         with self._lock:
             if self._stopping:
                 raise EngineOverloaded("engine is shutting down", retry_after=1.0)
             if request.request_id in self._seqs:
                 raise InvalidGenerateRequest(f"request_id {request.request_id!r} is already in flight")
-            self.scheduler.add(seq, bounded=bounded)
-            self._seqs[request.request_id] = seq
+            self.scheduler.add(seqs[0], bounded=bounded)
+            self._seqs[request.request_id] = seqs
             self._lock.notify_all()
 
     def _validate(self, request: GenerateRequest) -> None:
@@ -250,6 +247,8 @@ class Engine:
             request.params.validate()
         except ValueError as exc:
             raise InvalidGenerateRequest(str(exc)) from None
+        if not 1 <= request.n <= MAX_CHOICES:
+            raise InvalidGenerateRequest(f"n must be between 1 and {MAX_CHOICES}, got {request.n}")
         prompt = request.prompt_token_ids
         if not prompt:
             raise InvalidGenerateRequest("the prompt is empty")
@@ -298,14 +297,15 @@ class Engine:
             seq.finish_reason = reason
             return
         self.scheduler.finish(seq, reason)
-        self._seqs.pop(seq.request_id, None)
+        choices = self._seqs.get(seq.request_id, [])
+        if all(choice.is_finished for choice in choices):
+            self._seqs.pop(seq.request_id, None)
 
     def _abort_locked(self, request_id: str) -> None:
-        seq = self._seqs.pop(request_id, None)
-        if seq is None or seq.is_finished:
-            return
-        self.scheduler.finish(seq, FinishReason.ABORT)
-        self._deliver(seq, "", [])
+        for seq in self._seqs.pop(request_id, []):
+            if not seq.is_finished:
+                self.scheduler.finish(seq, FinishReason.ABORT)
+                self._deliver(seq, "", [])
 
     def _abort_all_locked(self) -> None:
         for request_id in list(self._seqs):

@@ -80,6 +80,7 @@ def delta(seq: Sequence, text: str, token_ids: list[int], logprobs: list[TokenLo
         text=text,
         token_ids=token_ids,
         logprobs=logprobs,
+        index=seq.index,
         finish_reason=finished,
         prompt_tokens=seq.num_prompt_tokens,
         completion_tokens=seq.num_completion_tokens,

@@ -18,6 +18,7 @@ class GenerateRequest:
     params: SamplingParams
     priority: int = 0  # lower value = more important; orders admission and preemption
     cache_salt: str | None = None  # extra prefix-cache key for tenant isolation
+    n: int = 1  # choices; they share the prompt's KV and each gets a derived seed
 
 
 @dataclass(slots=True)
@@ -33,6 +34,7 @@ class Delta:
     cached_tokens: int
     timings: RequestTimings | None = None
     logprobs: list[TokenLogprobs] = field(default_factory=list)  # one per output token, when asked for
+    index: int = 0  # which choice of the request
 
 
 @dataclass(slots=True)

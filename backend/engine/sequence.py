@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 
 class SequenceStatus(Enum):
+    PENDING = "pending"  # a choice of an n > 1 request, waiting for its first choice's prefill to fork from
     WAITING = "waiting"
     RUNNING = "running"
     FINISHED = "finished"
@@ -54,7 +55,9 @@ class Sequence:
         "block_table",
         "cache_salt",
         "finish_reason",
+        "forks",
         "generator",
+        "index",
         "num_cached_tokens",
         "num_computed_tokens",
         "num_prompt_tokens",
@@ -78,8 +81,10 @@ class Sequence:
         *,
         priority: int = 0,
         cache_salt: str | None = None,
+        index: int = 0,
     ) -> None:
         self.request_id = request_id
+        self.index = index  # which of the request's choices this sequence is
         self.token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(prompt_token_ids)
         self.params = params
@@ -98,6 +103,7 @@ class Sequence:
         self.penalty_state: PenaltyState | None = None  # token counts, for a penalized request's sampler
         self.output: Any = None  # the engine's text/stop state for this request
         self.sink: Callable[[Any], None] | None = None  # where the engine delivers deltas
+        self.forks: list[Sequence] = []  # the request's other choices, forked from this one after its prefill
 
     @property
     def sort_key(self) -> tuple[int, int]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from backend.engine.choices import MAX_CHOICES
 from backend.engine.sampling_params import SamplingParams
 from backend.server.api_errors import invalid, unsupported
 from backend.server.body_fields import bool_field, int_field, str_or_none, utf8
@@ -42,6 +43,7 @@ class ValidatedRequest:
     stream: bool = False
     include_usage: bool = False
     max_tokens: int | None = None
+    n: int = 1
     sampling: dict[str, Any] = field(default_factory=dict)
     priority: int = 0
     cache_salt: str | None = None
@@ -78,6 +80,7 @@ def parse_request(body: dict[str, Any], endpoint: Endpoint) -> ValidatedRequest:
     else:
         req.prompt = _prompt(body.get("prompt"))
         req.max_tokens = int_field(body, "max_tokens", lo=1)
+    req.n = body.get("n") or 1
     req.stream = bool_field(body, "stream")
     req.include_usage = _stream_options(body, req.stream)
     req.sampling = read_sampling(body, chat=endpoint is Endpoint.CHAT)
@@ -121,7 +124,7 @@ def resolve_max_tokens(req: ValidatedRequest, prompt_len: int, max_model_len: in
 # Fields this server refuses when set to anything but their neutral value (OpenAI default).
 _NEUTRAL: dict[str, tuple[Any, ...]] = {
     "echo": (None, False), "suffix": (None, ""),
-    "best_of": (None, 1), "tools": (None, []),
+    "tools": (None, []),
     "functions": (None, []), "tool_choice": (None, "none", "auto"), "function_call": (None, "none", "auto"),
     "prompt_logprobs": (None, 0),
 }
@@ -132,8 +135,11 @@ def _refuse_unsupported(body: dict[str, Any], endpoint: Endpoint) -> None:
     if n is not None:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise invalid(f"`n` must be an integer >= 1, got {n!r}", "n")
-        if n > 1:
-            raise unsupported("n", f"= {n} (more than one choice per request)")
+        if n > MAX_CHOICES:
+            raise invalid(f"`n` must be at most {MAX_CHOICES}, got {n}", "n")
+    best_of = body.get("best_of")
+    if best_of is not None and best_of not in (1, n or 1):  # no choosing among more choices than returned
+        raise unsupported("best_of", f"= {json.dumps(best_of)[:40]} (only best_of equal to n)")
     for name, neutral in _NEUTRAL.items():
         value = body.get(name)
         if not _is_neutral(value, neutral):

@@ -8,6 +8,7 @@ still answered 503 with Retry-After (which lets a gateway fail over); after that
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
@@ -119,7 +120,7 @@ class OpenAIServing:
                                                  lambda t: tokenizer.decode([t], skip_special_tokens=False))
         record.response_id = builder.id
         gen = GenerateRequest(request_id=builder.request_hex, prompt_token_ids=prompt_ids, params=params,
-                              priority=req.priority, cache_salt=req.cache_salt)
+                              priority=req.priority, cache_salt=req.cache_salt, n=req.n)
         record.prompt_tokens = len(prompt_ids)
         deltas = engine.generate(gen)
         try:
@@ -127,15 +128,23 @@ class OpenAIServing:
         except (EngineOverloaded, QueueTimeout, InvalidGenerateRequest) as exc:
             raise self._engine_refusal(exc) from None
         if req.stream:
-            return EventStreamResponse(self._events(first, deltas, builder, record))
-        collected = await self._until_disconnect(request, self._collect(first, deltas, record), gen.request_id)
-        last = collected[-1]
+            return EventStreamResponse(self._events(first, deltas, builder, record, req.n))
+        collected = await self._until_disconnect(request, self._collect(first, deltas, record, req.n),
+                                                 gen.request_id)
+        finals = [d for d in collected if d.finish_reason is not None]
+        last = summary(finals)
         self._finished(record, last)
-        if last.finish_reason == "abort":  # the client is still here, so the engine gave up (a failed step)
+        if any(d.finish_reason == "abort" for d in finals):  # the client is still here: a failed step
             raise EngineAborted
-        assert last.finish_reason is not None
-        return JSONResponse(builder.response("".join(d.text for d in collected), last.finish_reason,
-                                             usage_of(last), [lp for d in collected for lp in d.logprobs]))
+        choices = []
+        for final in sorted(finals, key=lambda d: d.index):
+            mine = [d for d in collected if d.index == final.index]
+            assert final.finish_reason is not None
+            body = builder.response("".join(d.text for d in mine), final.finish_reason, usage_of(last),
+                                    [lp for d in mine for lp in d.logprobs])
+            choices += [{**choice, "index": final.index} for choice in body["choices"]]
+        body["choices"] = choices
+        return JSONResponse(body)
 
     def _prompt_ids(self, engine: Engine, req: ValidatedRequest) -> list[int]:
         tok = engine.tokenizer
@@ -166,36 +175,43 @@ class OpenAIServing:
             raise ClientGone
         return task.result()
 
-    async def _collect(self, first: Delta, deltas: AsyncIterator[Delta], record: RequestLogLine) -> list[Delta]:
-        """Every delta of the request, the final one last."""
+    async def _collect(self, first: Delta, deltas: AsyncIterator[Delta], record: RequestLogLine,
+                       n: int) -> list[Delta]:
+        """Every delta of the request's n choices, until each has ended."""
         collected: list[Delta] = []
         delta = first
         while True:
             if delta.token_ids:
                 record.token_seen()
             collected.append(delta)
-            if delta.finish_reason is not None:
+            n -= delta.finish_reason is not None
+            if n == 0:
                 return collected
             delta = await anext(deltas)
 
     async def _events(self, first: Delta, deltas: AsyncIterator[Delta], builder: ResponseBuilder,
-                      record: RequestLogLine) -> AsyncGenerator[bytes, None]:
+                      record: RequestLogLine, n: int) -> AsyncGenerator[bytes, None]:
         """The SSE body; its `finally` runs on every exit, including the client's disconnect."""
         last: Delta | None = None
+        finals: list[Delta] = []
         try:
-            if (role := builder.role_chunk()) is not None:
-                yield json_event(role)
+            for index in range(n):
+                if (role := builder.role_chunk()) is not None:
+                    yield json_event(_at(role, index))
             delta = first
             while True:
                 if delta.token_ids:
                     record.token_seen()
                 if delta.text or delta.logprobs:
-                    yield json_event(builder.text_chunk(delta.text, logprobs=delta.logprobs))
+                    yield json_event(_at(builder.text_chunk(delta.text, logprobs=delta.logprobs), delta.index))
                 if delta.finish_reason == "abort":
                     raise EngineAborted
                 if delta.finish_reason is not None:
-                    last = delta
-                    break
+                    yield json_event(_at(builder.text_chunk("", delta.finish_reason), delta.index))
+                    finals.append(delta)
+                    if len(finals) == n:
+                        last = summary(finals)
+                        break
                 try:
                     delta = await anext(deltas)
                 except (EngineOverloaded, QueueTimeout, InvalidGenerateRequest) as exc:
@@ -203,7 +219,6 @@ class OpenAIServing:
                     record.failed(err.status, err.message)
                     yield error_event(err)
                     return
-            yield json_event(builder.text_chunk("", last.finish_reason))
             if builder.include_usage:
                 yield json_event(builder.usage_chunk(usage_of(last)))
             yield DONE_EVENT
@@ -262,6 +277,19 @@ def prompt_chars(req: ValidatedRequest) -> int:
     if req.messages is not None:
         return sum(len(m["content"]) for m in req.messages)
     return len(req.prompt) if isinstance(req.prompt, str) else 0
+
+
+def summary(finals: list[Delta]) -> Delta:
+    """One final delta for the whole request: its first choice's, with every choice's completion tokens
+    (the prompt was computed, and is counted, once)."""
+    first = min(finals, key=lambda d: d.index)
+    return dataclasses.replace(first, completion_tokens=sum(d.completion_tokens for d in finals))
+
+
+def _at(chunk: dict[str, Any], index: int) -> dict[str, Any]:
+    """A stream chunk of choice `index` (the builder makes choice 0's)."""
+    chunk["choices"][0]["index"] = index
+    return chunk
 
 
 def usage_of(delta: Delta) -> dict[str, Any]:

@@ -65,12 +65,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--only", type=int, nargs="*", help="indices into SETTINGS to run (default: all)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     engine = Engine(EngineConfig(pull("smollm2"), max_num_seqs=128, max_num_batched_tokens=4096))
     questions = load_questions()
     rows = []
-    for setting in SETTINGS:
+    for setting in [SETTINGS[i] for i in args.only] if args.only else SETTINGS:
         started = time.perf_counter()
         correct, asked = measure(engine, questions, setting, args.seeds, args.max_tokens)
         rows.append((correct / asked, setting, correct, asked, time.perf_counter() - started))

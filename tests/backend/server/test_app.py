@@ -201,7 +201,7 @@ BAD_REQUESTS: list[tuple[dict[str, Any], str]] = [
     ({"max_tokens": "ten"}, "max_tokens"),
     ({"temperature": 7}, "temperature"),
     ({"top_p": 0}, "top_p"),
-    ({"n": 2}, "n"),
+    ({"n": 17}, "n"),
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ({"logit_bias": {"999999": 1}}, "logit_bias"),
     ({"presence_penalty": 3}, "presence_penalty"),

@@ -111,7 +111,7 @@ def test_malformed_fields_are_400s_naming_the_param(body: dict[str, Any], param:
 
 
 @pytest.mark.parametrize("field, value", [
-    ("n", 2), ("tools", [{"type": "function"}]), ("response_format", {"type": "json_object"}),
+    ("best_of", 3), ("tools", [{"type": "function"}]), ("response_format", {"type": "json_object"}),
     ("tool_choice", "required"),
 ])
 def test_unsupported_features_are_refused_by_name(field: str, value: Any) -> None:

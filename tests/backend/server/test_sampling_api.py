@@ -126,3 +126,24 @@ def test_an_out_of_range_default_stops_the_server_naming_the_field(
     bad = launch_backend("--override-generation-config", '{"temperature": 500}')
     wait_until(lambda: bad.proc is not None and bad.proc.poll() is not None, timeout=120)
     assert bad.proc is not None and bad.proc.returncode == 1 and "temperature" in bad.log()
+
+
+def test_n_choices_count_the_prompt_once_and_stream_by_index(client: openai.OpenAI) -> None:
+    one = client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=4, seed=3,
+                                         temperature=1.0, extra_body={"ignore_eos": True})
+    four = client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=4, seed=3, n=4,
+                                          temperature=1.0, extra_body={"ignore_eos": True})
+    assert [c.index for c in four.choices] == [0, 1, 2, 3]
+    assert four.choices[0].message.content == one.choices[0].message.content  # choice 0 keeps the seed
+    assert four.usage is not None and one.usage is not None
+    assert (four.usage.prompt_tokens, four.usage.completion_tokens) == (one.usage.prompt_tokens, 16)
+    stream = client.completions.create(model="smollm2", prompt="The sky is", max_tokens=3, n=2, stream=True,
+                                       seed=5, stream_options={"include_usage": True})
+    texts, finished, usage = {0: "", 1: ""}, [], None
+    for chunk in stream:
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            texts[choice.index] += choice.text
+            if choice.finish_reason is not None:
+                finished.append(choice.index)
+    assert sorted(finished) == [0, 1] and usage is not None and usage.completion_tokens <= 6
