@@ -8,6 +8,7 @@ import importlib.util
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from tests.gateway.harness import GatewayHarness
@@ -99,3 +100,19 @@ async def test_a_client_that_leaves_an_assembled_answer_aborts_the_backends_gene
     # 2000 tokens would take minutes on a CPU; the abort comes as soon as the gateway closes its upstream call
     await wait_until_async(aborted_once, timeout=30, what="the backend aborting the abandoned generation")
     assert await backend("tidegate_backend_num_requests_running") == 0
+
+
+async def test_n_choices_pass_through_reserved_and_charged_for_every_choice(
+        backend_gateway: GatewayHarness) -> None:
+    gateway = backend_gateway
+    key_id, secret = await gateway.key(quota={"tpm": 300})  # one choice's 100 tokens fit; four choices' do not
+    client = gateway.client(secret, timeout=120)
+    messages: Any = [{"role": "user", "content": "Name a colour."}]
+    with pytest.raises(openai.RateLimitError):
+        await client.chat.completions.create(model="smollm2", messages=messages, max_tokens=100, n=4)
+    four = await client.chat.completions.create(model="smollm2", messages=messages, max_tokens=5, n=4, seed=2,
+                                                temperature=1.0, extra_body={"ignore_eos": True})
+    assert [c.index for c in four.choices] == [0, 1, 2, 3] and all(c.message.content for c in four.choices)
+    assert four.usage is not None and four.usage.completion_tokens == 20
+    usage = await gateway.usage(key_id=key_id)
+    assert usage["completion_tokens"] == 20 and usage["prompt_tokens"] >= four.usage.prompt_tokens
