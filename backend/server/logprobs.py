@@ -9,29 +9,30 @@ from backend.executor.sampler import TokenLogprobs
 
 
 class LogprobsFormatter:
-    """Formats one request's logprobs, chunk by chunk; it keeps the text offset that completions report."""
+    """Formats one request's logprobs, chunk by chunk; it keeps each choice's text offset, which completions
+    report."""
 
     def __init__(self, chat: bool, token_text: Callable[[int], str]) -> None:
         self.chat = chat
         self.token_text = token_text
-        self.offset = 0  # characters of completion text before the next token (completions' text_offset)
+        self.offsets: dict[int, int] = {}  # per choice: characters of its text before its next token
 
-    def body(self, entries: list[TokenLogprobs]) -> dict[str, Any]:
-        """The `logprobs` object of a choice, or of one stream chunk's choice, for these tokens."""
-        return self._chat(entries) if self.chat else self._completion(entries)
+    def body(self, entries: list[TokenLogprobs], index: int = 0) -> dict[str, Any]:
+        """The `logprobs` object of choice `index`, or of one stream chunk's choice, for these tokens."""
+        return self._chat(entries) if self.chat else self._completion(entries, index)
 
     def _chat(self, entries: list[TokenLogprobs]) -> dict[str, Any]:
         content = [{**self._token(e.token_id, e.logprob),
                     "top_logprobs": [self._token(t, lp) for t, lp in e.top]} for e in entries]
         return {"content": content, "refusal": None}
 
-    def _completion(self, entries: list[TokenLogprobs]) -> dict[str, Any]:
+    def _completion(self, entries: list[TokenLogprobs], index: int) -> dict[str, Any]:
         tokens, offsets = [], []
         for e in entries:
             text = self.token_text(e.token_id)
             tokens.append(text)
-            offsets.append(self.offset)
-            self.offset += len(text)
+            offsets.append(self.offsets.get(index, 0))
+            self.offsets[index] = offsets[-1] + len(text)
         # as vLLM does, each position's alternatives include the chosen token
         top = [{**{self.token_text(t): lp for t, lp in e.top}, text: e.logprob}
                for e, text in zip(entries, tokens, strict=True)]

@@ -34,32 +34,32 @@ class ResponseBuilder:
         return prefix + self.request_hex
 
     def response(self, text: str, finish_reason: str, usage_body: dict[str, Any],
-                 logprobs: list[TokenLogprobs] | None = None) -> dict[str, Any]:
-        """The non-streaming body."""
+                 logprobs: list[TokenLogprobs] | None = None, index: int = 0) -> dict[str, Any]:
+        """The non-streaming body, with choice `index` (an n > 1 response joins several bodies' choices)."""
         if self.endpoint is Endpoint.CHAT:
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                      "logprobs": self._logprobs(logprobs), "finish_reason": finish_reason}
+            choice: dict[str, Any] = {"index": index, "message": {"role": "assistant", "content": text},
+                                      "logprobs": self._logprobs(logprobs, index), "finish_reason": finish_reason}
             obj = "chat.completion"
         else:
-            choice = {"index": 0, "text": text, "logprobs": self._logprobs(logprobs),
+            choice = {"index": index, "text": text, "logprobs": self._logprobs(logprobs, index),
                       "finish_reason": finish_reason}
             obj = "text_completion"
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
                 "choices": [choice], "usage": usage_body}
 
-    def role_chunk(self) -> dict[str, Any] | None:
+    def role_chunk(self, index: int = 0) -> dict[str, Any] | None:
         """Chat streams open with the assistant role and empty content, as OpenAI's do."""
         if self.endpoint is not Endpoint.CHAT:
             return None
-        return self._chunk({"role": "assistant", "content": ""}, None)
+        return self._chunk({"role": "assistant", "content": ""}, None, index)
 
     def text_chunk(self, text: str, finish_reason: str | None = None,
-                   logprobs: list[TokenLogprobs] | None = None) -> dict[str, Any]:
+                   logprobs: list[TokenLogprobs] | None = None, index: int = 0) -> dict[str, Any]:
         if self.endpoint is Endpoint.CHAT:
-            body = self._chunk({"content": text} if text or logprobs else {}, finish_reason)
+            body = self._chunk({"content": text} if text or logprobs else {}, finish_reason, index)
         else:
-            body = self._chunk(text, finish_reason)
-        body["choices"][0]["logprobs"] = self._logprobs(logprobs)
+            body = self._chunk(text, finish_reason, index)
+        body["choices"][0]["logprobs"] = self._logprobs(logprobs, index)
         return body
 
     def usage_chunk(self, usage_body: dict[str, Any]) -> dict[str, Any]:
@@ -69,19 +69,20 @@ class ResponseBuilder:
         body["usage"] = usage_body
         return body
 
-    def _chunk(self, delta: dict[str, Any] | str, finish_reason: str | None) -> dict[str, Any]:
+    def _chunk(self, delta: dict[str, Any] | str, finish_reason: str | None, index: int) -> dict[str, Any]:
         if isinstance(delta, dict):
-            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            choice: dict[str, Any] = {"index": index, "delta": delta, "logprobs": None,
+                                      "finish_reason": finish_reason}
         else:
-            choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": finish_reason}
+            choice = {"index": index, "text": delta, "logprobs": None, "finish_reason": finish_reason}
         body = self._envelope()
         body["choices"] = [choice]
         if self.include_usage:
             body["usage"] = None  # OpenAI marks every chunk but the last as carrying no usage
         return body
 
-    def _logprobs(self, entries: list[TokenLogprobs] | None) -> dict[str, Any] | None:
-        return self.logprobs.body(entries) if self.logprobs is not None and entries else None
+    def _logprobs(self, entries: list[TokenLogprobs] | None, index: int) -> dict[str, Any] | None:
+        return self.logprobs.body(entries, index) if self.logprobs is not None and entries else None
 
     def _envelope(self) -> dict[str, Any]:
         obj = "chat.completion.chunk" if self.endpoint is Endpoint.CHAT else "text_completion"

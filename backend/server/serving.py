@@ -141,8 +141,8 @@ class OpenAIServing:
             mine = [d for d in collected if d.index == final.index]
             assert final.finish_reason is not None
             body = builder.response("".join(d.text for d in mine), final.finish_reason, usage_of(last),
-                                    [lp for d in mine for lp in d.logprobs])
-            choices += [{**choice, "index": final.index} for choice in body["choices"]]
+                                    [lp for d in mine for lp in d.logprobs], final.index)
+            choices += body["choices"]
         body["choices"] = choices
         return JSONResponse(body)
 
@@ -196,18 +196,18 @@ class OpenAIServing:
         finals: list[Delta] = []
         try:
             for index in range(n):
-                if (role := builder.role_chunk()) is not None:
-                    yield json_event(_at(role, index))
+                if (role := builder.role_chunk(index)) is not None:
+                    yield json_event(role)
             delta = first
             while True:
                 if delta.token_ids:
                     record.token_seen()
                 if delta.text or delta.logprobs:
-                    yield json_event(_at(builder.text_chunk(delta.text, logprobs=delta.logprobs), delta.index))
+                    yield json_event(builder.text_chunk(delta.text, logprobs=delta.logprobs, index=delta.index))
                 if delta.finish_reason == "abort":
                     raise EngineAborted
                 if delta.finish_reason is not None:
-                    yield json_event(_at(builder.text_chunk("", delta.finish_reason), delta.index))
+                    yield json_event(builder.text_chunk("", delta.finish_reason, index=delta.index))
                     finals.append(delta)
                     if len(finals) == n:
                         last = summary(finals)
@@ -284,12 +284,6 @@ def summary(finals: list[Delta]) -> Delta:
     (the prompt was computed, and is counted, once)."""
     first = min(finals, key=lambda d: d.index)
     return dataclasses.replace(first, completion_tokens=sum(d.completion_tokens for d in finals))
-
-
-def _at(chunk: dict[str, Any], index: int) -> dict[str, Any]:
-    """A stream chunk of choice `index` (the builder makes choice 0's)."""
-    chunk["choices"][0]["index"] = index
-    return chunk
 
 
 def usage_of(delta: Delta) -> dict[str, Any]:

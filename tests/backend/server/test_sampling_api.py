@@ -138,12 +138,15 @@ def test_n_choices_count_the_prompt_once_and_stream_by_index(client: openai.Open
     assert four.usage is not None and one.usage is not None
     assert (four.usage.prompt_tokens, four.usage.completion_tokens) == (one.usage.prompt_tokens, 16)
     stream = client.completions.create(model="smollm2", prompt="The sky is", max_tokens=3, n=2, stream=True,
-                                       seed=5, stream_options={"include_usage": True})
-    texts, finished, usage = {0: "", 1: ""}, [], None
+                                       seed=5, logprobs=1, stream_options={"include_usage": True},
+                                       extra_body={"ignore_eos": True})
+    texts, offsets, finished, usage = {0: "", 1: ""}, {0: [], 1: []}, [], None
     for chunk in stream:
         usage = chunk.usage or usage
         for choice in chunk.choices:
             texts[choice.index] += choice.text
+            offsets[choice.index] += (choice.logprobs.text_offset or []) if choice.logprobs else []
             if choice.finish_reason is not None:
                 finished.append(choice.index)
-    assert sorted(finished) == [0, 1] and usage is not None and usage.completion_tokens <= 6
+    assert sorted(finished) == [0, 1] and usage is not None and usage.completion_tokens == 6
+    assert all(len(o) == 3 and o[0] == 0 for o in offsets.values())  # each choice's text starts at 0
