@@ -43,8 +43,9 @@ def is_correct(text: str, answers: list[str]) -> bool:
 
 
 def measure(engine: Engine, questions: list[dict[str, Any]], setting: dict[str, Any], seeds: int,
-            max_tokens: int) -> tuple[int, int]:
-    """(correct, asked) over every question, `seeds` times for a sampled setting, once for greedy."""
+            max_tokens: int) -> tuple[int, int, int]:
+    """(correct, asked, of which the first question's correct answers) over every question, `seeds` times for
+    a sampled setting, once for greedy. The first question is `tidegate up`'s printed example."""
     tok = engine.tokenizer
     prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": q["question"]}]),
                           add_special_tokens=False) for q in questions]
@@ -56,8 +57,8 @@ def measure(engine: Engine, questions: list[dict[str, Any]], setting: dict[str, 
             params.append(SamplingParams(max_tokens=max_tokens, seed=run * 1000 + i, **setting))
             answers.append(q["answers"])
     results = engine.generate_offline(all_prompts, params)
-    correct = sum(is_correct(r.text, a) for r, a in zip(results, answers, strict=True))
-    return correct, len(results)
+    right = [is_correct(r.text, a) for r, a in zip(results, answers, strict=True)]
+    return sum(right), len(right), sum(right[::len(questions)])
 
 
 def main() -> None:
@@ -73,12 +74,14 @@ def main() -> None:
     rows = []
     for setting in [SETTINGS[i] for i in args.only] if args.only else SETTINGS:
         started = time.perf_counter()
-        correct, asked = measure(engine, questions, setting, args.seeds, args.max_tokens)
-        rows.append((correct / asked, setting, correct, asked, time.perf_counter() - started))
-        print(f"{setting}: {correct}/{asked} in {rows[-1][4]:.0f}s", flush=True)
-    print("\n| setting | correct | accuracy |\n| --- | --- | --- |")
-    for accuracy, setting, correct, asked, _ in sorted(rows, key=lambda r: -r[0]):
-        print(f"| `{json.dumps(setting)}` | {correct}/{asked} | {accuracy:.1%} |")
+        correct, asked, first = measure(engine, questions, setting, args.seeds, args.max_tokens)
+        runs = asked // len(questions)
+        rows.append((correct / asked, setting, correct, asked, f"{first}/{runs}"))
+        print(f"{setting}: {correct}/{asked}, first question {first}/{runs}, "
+              f"in {time.perf_counter() - started:.0f}s", flush=True)
+    print(f"\n| setting | correct | accuracy | {questions[0]['question']} |\n| --- | --- | --- | --- |")
+    for accuracy, setting, correct, asked, first_right in sorted(rows, key=lambda r: -r[0]):
+        print(f"| `{json.dumps(setting)}` | {correct}/{asked} | {accuracy:.1%} | {first_right} |")
 
 
 if __name__ == "__main__":
