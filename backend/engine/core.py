@@ -255,6 +255,8 @@ class Engine:
         vocab = self.model_config.vocab_size
         if min(prompt) < 0 or max(prompt) >= vocab:
             raise InvalidGenerateRequest(f"prompt token ids must be in [0, {vocab})")
+        if any(t >= vocab for t in request.params.logit_bias):
+            raise InvalidGenerateRequest(f"logit_bias token ids must be in [0, {vocab})")
         total = len(prompt) + request.params.max_tokens
         if total > self.max_model_len:
             raise InvalidGenerateRequest(
