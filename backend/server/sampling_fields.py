@@ -72,7 +72,7 @@ def _logit_bias(value: Any) -> dict[int, float] | None:
         raise invalid(f"`logit_bias` may hold at most {MAX_LOGIT_BIAS} tokens, got {len(value)}", "logit_bias")
     bias: dict[int, float] = {}
     for key, number in value.items():
-        if not (isinstance(key, str) and key.isdigit()) or isinstance(number, bool) \
+        if not (isinstance(key, str) and key.isascii() and key.isdigit()) or isinstance(number, bool) \
                 or not isinstance(number, int | float) or not -100 <= number <= 100:
             raise invalid(f"`logit_bias` maps token ids to numbers in [-100, 100]; got "
                           f"{json.dumps(key)[:40]}: {json.dumps(number)[:40]}", "logit_bias")

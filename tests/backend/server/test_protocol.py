@@ -211,6 +211,20 @@ def test_any_json_object_is_parsed_or_refused_with_a_400_never_a_crash(body: dic
         assert err.status == 400
 
 
+@pytest.mark.parametrize("bias", [{"²": 1}, {"-1": 1}, {"1": 101}, {"1": True}, {"1": "2"}, [1]])
+def test_a_malformed_logit_bias_is_a_400_naming_it(bias: Any) -> None:
+    assert refused(chat(logit_bias=bias)).param == "logit_bias"
+
+
+def test_penalties_bias_and_logprobs_map_to_sampling_params() -> None:
+    req = parse_request(chat(presence_penalty=0.5, frequency_penalty=-1, repetition_penalty=1.2,
+                             logit_bias={"7": -100, "9": 2.5}, logprobs=True, top_logprobs=4, n=3), Endpoint.CHAT)
+    params = req.sampling_params(16, {"temperature": 0.2, "presence_penalty": 0.1})
+    assert (params.presence_penalty, params.frequency_penalty, params.repetition_penalty) == (0.5, -1.0, 1.2)
+    assert params.logit_bias == {7: -100.0, 9: 2.5} and params.logprobs == 4 and req.n == 3
+    assert params.temperature == 0.2  # left out: the model's default
+
+
 @pytest.mark.parametrize("fields, param", [({"stop": ["x" * 300]}, "stop"), ({"stop": ["a"] * 17}, "stop"),
                                            ({"temperature": 0.5, "seed": 2**63}, "seed")])
 def test_limits_only_the_sampling_params_know_are_400s_naming_the_field(fields: dict[str, Any],
