@@ -51,6 +51,11 @@ class BackendSettings(EngineSettings):
     body_timeout: float = Field(default=30.0, gt=0, description="seconds to read a whole request body (408 beyond)")
     max_json_depth: int = Field(
         default=64, ge=2, description="deepest nesting of arrays and objects in a request body (400 beyond)")
+    generation_config: str = Field(
+        default="auto", description="sampling defaults for fields a request omits: auto (the model's own, then "
+        "tidegate's measured table), none, or the path of a generation_config.json")
+    override_generation_config: str | None = Field(
+        default=None, description='JSON object of sampling defaults over those, e.g. \'{"temperature": 0}\'')
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     tracing: Tracing = Field(
         default_factory=Tracing, description="spans per request; service name tidegate-backend")

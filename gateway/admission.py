@@ -80,15 +80,15 @@ def _json_bytes(value: Any) -> int:
 
 
 def max_output_tokens(body: dict[str, Any], default: int) -> int:
-    """The most completion tokens the answer can hold: each of `n` choices may use the whole limit."""
+    """The most completion tokens a request may cost: its max_tokens for each of its n (or best_of) choices."""
     per_choice = default
     for name in ("max_completion_tokens", "max_tokens"):
         value = body.get(name)
         if isinstance(value, int) and not isinstance(value, bool):
             per_choice = value
             break
-    choices = body.get("n")
-    return per_choice * (choices if isinstance(choices, int) and not isinstance(choices, bool) and choices > 1 else 1)
+    choices = [v for v in (body.get("n"), body.get("best_of")) if isinstance(v, int) and not isinstance(v, bool)]
+    return per_choice * max([1, *choices])
 
 
 def rate_headers(rate: RateInfo) -> dict[str, str]:

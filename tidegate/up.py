@@ -152,8 +152,12 @@ class ShownKey:
         return f'"{self.secret}"' if self.show else f'open("{self.path}").read().strip()'
 
 
+# A question with one right answer, so a first try shows whether the served model's defaults work.
+EXAMPLE_QUESTION = "What is the capital of France?"
+
+
 def print_banner(url: str, admin_key: ShownKey, api_key: ShownKey, model: str) -> None:
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Say hello"}]})
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": EXAMPLE_QUESTION}]})
     print(f"""
 tidegate is up at {url}
   admin key: {admin_key.line()}
@@ -164,7 +168,7 @@ tidegate is up at {url}
 
   from openai import OpenAI
   client = OpenAI(base_url="{url}/v1", api_key={api_key.python()})
-  print(client.chat.completions.create(model="{model}", messages=[{{"role": "user", "content": "Say hello"}}]))
+  print(client.chat.completions.create(model="{model}", messages=[{{"role": "user", "content": "{EXAMPLE_QUESTION}"}}]))
 
 Ctrl-C stops everything.""", flush=True)
 

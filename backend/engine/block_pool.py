@@ -101,6 +101,17 @@ class BlockPool:
         for _ in range(self.blocks_for(num_tokens) - len(seq.block_table)):
             seq.block_table.append(self._take())
 
+    def fork(self, parent: Sequence, child: Sequence, num_blocks: int) -> None:
+        """Let `child` share the parent's first `num_blocks` (full, computed) blocks; it writes only blocks of
+        its own after them, so a shared block is never written twice."""
+        assert not child.block_table, f"{child} already holds blocks"
+        shared = parent.block_table[:num_blocks]
+        for block_id in shared:
+            self.blocks[block_id].ref_count += 1
+        child.block_table = list(shared)
+        child.block_hashes = parent.block_hashes[:num_blocks]
+        child.num_computed_tokens = num_blocks * self.block_size
+
     def cache_full_blocks(self, seq: Sequence) -> None:
         """Make the sequence's newly completed blocks findable; call after their KV was written."""
         if not self.enable_prefix_caching:

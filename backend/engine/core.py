@@ -14,19 +14,19 @@ from typing import cast
 import torch
 
 from backend.engine.block_pool import BlockPool
+from backend.engine.choices import MAX_CHOICES, request_sequences
 from backend.engine.engine_config import EngineConfig
 from backend.engine.errors import EngineOverloaded, InvalidGenerateRequest, QueueTimeout
 from backend.engine.host import in_passing_thread, keep_freed_memory
-from backend.engine.output import TextOutput, delta, finish_reason, step_text
+from backend.engine.output import delta, finish_reason, step_text
 from backend.engine.records import Completion, Delta, EngineStats, GenerateRequest
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.scheduler import Scheduler
 from backend.engine.sequence import FinishReason, Sequence, SequenceStatus
 from backend.engine.structured_output import GrammarCompiler
 from backend.executor.runner import ModelRunner, kv_block_bytes
-from backend.executor.sampler import Sampler
+from backend.executor.sampler import Sampler, TokenLogprobs
 from backend.loading.loader import LoadedModel, load_model
-from backend.loading.tokenizer import IncrementalDetokenizer
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +76,9 @@ class Engine:
         self._lock = threading.Condition()  # guards the scheduler, the pool, _seqs and _outputs
         # Held while outputs are detokenized and delivered, outside _lock; taken before _lock, never after.
         self._output_lock = threading.Lock()
-        self._outputs: list[tuple[Sequence, int]] = []  # tokens sampled but not yet turned into deltas
-        self._seqs: dict[str, Sequence] = {}
+        # tokens sampled but not yet turned into deltas
+        self._outputs: list[tuple[Sequence, int, TokenLogprobs | None]] = []
+        self._seqs: dict[str, list[Sequence]] = {}  # each request's choices
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._steps = 0
@@ -117,6 +118,7 @@ class Engine:
 
         self._submit(request, sink, bounded=True)
         done = False
+        unfinished = request.n
         try:
             while True:
                 item = await queue.get()
@@ -124,7 +126,8 @@ class Engine:
                     done = True
                     raise item
                 if item.finish_reason is not None:
-                    done = True
+                    unfinished -= 1
+                    done = unfinished == 0
                 yield item
                 if done:
                     return
@@ -211,14 +214,17 @@ class Engine:
             return False
         with torch.inference_mode():
             logits, sampled = self.runner.run(batch)
-            tokens = self.sampler(logits, sampled)
+            sampled_out = self.sampler(logits, sampled)
         sampling = cast("list[Sequence]", sampled)  # the runner hands back the batch's own sequences
         now = time.monotonic()
         with self._lock:
             self.scheduler.advance(batch)
-            for seq, token_id in zip(sampling, tokens, strict=True):
+            for seq in sampling:  # a first choice whose prompt is now computed starts the request's others
+                if seq.forks:
+                    self.scheduler.fork(seq)
+            for seq, token_id, logprobs in zip(sampling, sampled_out.token_ids, sampled_out.logprobs, strict=True):
                 if seq.status is SequenceStatus.RUNNING:  # not aborted while the step ran
-                    self._append(seq, token_id, now)
+                    self._append(seq, token_id, logprobs, now)
             self._steps += 1
         self._process_outputs()
         return True
@@ -227,25 +233,16 @@ class Engine:
 
     def _submit(self, request: GenerateRequest, sink: Callable, *, bounded: bool) -> None:
         self._validate(request)
-        seq = Sequence(
-            request.request_id,
-            request.prompt_token_ids,
-            request.params,
-            priority=request.priority,
-            cache_salt=request.cache_salt,
-        )
-        seq.constraint = request.constraint
-        seq.output = TextOutput(
-            IncrementalDetokenizer(self.tokenizer, request.prompt_token_ids), request.params.stop
-        )
-        seq.sink = sink
+        seqs = request_sequences(request, self.tokenizer)
+        for seq in seqs:
+            seq.sink = sink
         with self._lock:
             if self._stopping:
                 raise EngineOverloaded("engine is shutting down", retry_after=1.0)
             if request.request_id in self._seqs:
                 raise InvalidGenerateRequest(f"request_id {request.request_id!r} is already in flight")
-            self.scheduler.add(seq, bounded=bounded)
-            self._seqs[request.request_id] = seq
+            self.scheduler.add(seqs[0], bounded=bounded)
+            self._seqs[request.request_id] = seqs
             self._lock.notify_all()
 
     def _validate(self, request: GenerateRequest) -> None:
@@ -253,12 +250,16 @@ class Engine:
             request.params.validate()
         except ValueError as exc:
             raise InvalidGenerateRequest(str(exc)) from None
+        if not 1 <= request.n <= MAX_CHOICES:
+            raise InvalidGenerateRequest(f"n must be between 1 and {MAX_CHOICES}, got {request.n}")
         prompt = request.prompt_token_ids
         if not prompt:
             raise InvalidGenerateRequest("the prompt is empty")
         vocab = self.model_config.vocab_size
         if min(prompt) < 0 or max(prompt) >= vocab:
             raise InvalidGenerateRequest(f"prompt token ids must be in [0, {vocab})")
+        if any(t >= vocab for t in request.params.logit_bias):
+            raise InvalidGenerateRequest(f"logit_bias token ids must be in [0, {vocab})")
         total = len(prompt) + request.params.max_tokens
         if total > self.max_model_len:
             raise InvalidGenerateRequest(
@@ -266,7 +267,7 @@ class Engine:
                 f"{total} tokens ({len(prompt)} in the prompt, {request.params.max_tokens} in the completion)."
             )
 
-    def _append(self, seq: Sequence, token_id: int, now: float) -> None:
+    def _append(self, seq: Sequence, token_id: int, logprobs: TokenLogprobs | None, now: float) -> None:
         seq.token_ids.append(token_id)
         if seq.timings.first_token is None:
             seq.timings.first_token = now
@@ -277,7 +278,7 @@ class Engine:
             reason = FinishReason.STOP  # the grammar is complete (a refused token cannot pass the mask)
         if reason is not None:
             self._finish_locked(seq, reason)
-        self._outputs.append((seq, token_id))
+        self._outputs.append((seq, token_id, logprobs))
 
     def _process_outputs(self, then: Callable[[], None] | None = None) -> None:
         """Turn the sampled tokens into deltas outside the engine lock; once none are left, run `then` under
@@ -290,34 +291,38 @@ class Engine:
                         if then is not None:
                             then()
                         return
-                for seq, token_id in outputs:
+                for seq, token_id, logprobs in outputs:
+                    # a stop token is no part of the output, so it has no logprobs entry either
+                    shown = [] if logprobs is None or seq.finish_reason is FinishReason.STOP else [logprobs]
                     text, stopped = step_text(seq, token_id)
                     if stopped:
                         with self._lock:
                             self._finish_locked(seq, FinishReason.STOP)
-                    self._deliver(seq, text, [token_id])
+                    self._deliver(seq, text, [token_id], shown)
 
     def _finish_locked(self, seq: Sequence, reason: FinishReason) -> None:
         if seq.is_finished:  # the token that reached max_tokens completed a stop string: "stop" wins
             seq.finish_reason = reason
             return
         self.scheduler.finish(seq, reason)
-        self._seqs.pop(seq.request_id, None)
+        choices = self._seqs.get(seq.request_id, [])
+        if all(choice.is_finished for choice in choices):
+            self._seqs.pop(seq.request_id, None)
 
     def _abort_locked(self, request_id: str) -> None:
-        seq = self._seqs.pop(request_id, None)
-        if seq is None or seq.is_finished:
-            return
-        self.scheduler.finish(seq, FinishReason.ABORT)
-        self._deliver(seq, "", [])
+        for seq in self._seqs.pop(request_id, []):
+            if not seq.is_finished:
+                self.scheduler.finish(seq, FinishReason.ABORT)
+                self._deliver(seq, "", [])
 
     def _abort_all_locked(self) -> None:
         for request_id in list(self._seqs):
             self._abort_locked(request_id)
 
-    def _deliver(self, seq: Sequence, text: str, token_ids: list[int]) -> None:
+    def _deliver(self, seq: Sequence, text: str, token_ids: list[int],
+                 logprobs: list[TokenLogprobs] | None = None) -> None:
         if seq.sink is not None:
-            seq.sink(delta(seq, text, token_ids))
+            seq.sink(delta(seq, text, token_ids, logprobs or []))
 
     def _loop(self) -> None:
         while True:

@@ -10,6 +10,7 @@ from typing import Protocol
 
 from backend.engine.records import Delta
 from backend.engine.sequence import FinishReason, Sequence
+from backend.executor.sampler import TokenLogprobs
 
 
 class Detokenizer(Protocol):
@@ -71,13 +72,15 @@ def step_text(seq: Sequence, token_id: int) -> tuple[str, bool]:
     return text, stopped
 
 
-def delta(seq: Sequence, text: str, token_ids: list[int]) -> Delta:
+def delta(seq: Sequence, text: str, token_ids: list[int], logprobs: list[TokenLogprobs]) -> Delta:
     """One step's news for a request; the final one carries the finish reason and the timings."""
     finished = seq.finish_reason.value if seq.finish_reason is not None else None
     return Delta(
         request_id=seq.request_id,
         text=text,
         token_ids=token_ids,
+        logprobs=logprobs,
+        index=seq.index,
         finish_reason=finished,
         prompt_tokens=seq.num_prompt_tokens,
         completion_tokens=seq.num_completion_tokens,

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.sequence import RequestTimings
+from backend.executor.sampler import TokenLogprobs
 
 if TYPE_CHECKING:
     from backend.engine.structured_output import GrammarState
@@ -22,6 +23,7 @@ class GenerateRequest:
     priority: int = 0  # lower value = more important; orders admission and preemption
     cache_salt: str | None = None  # extra prefix-cache key for tenant isolation
     constraint: GrammarState | None = None  # structured output: from Engine.grammars.state_for, one per request
+    n: int = 1  # choices; they share the prompt's KV and each gets a derived seed
 
 
 @dataclass(slots=True)
@@ -36,6 +38,8 @@ class Delta:
     completion_tokens: int
     cached_tokens: int
     timings: RequestTimings | None = None
+    logprobs: list[TokenLogprobs] = field(default_factory=list)  # one per output token, when asked for
+    index: int = 0  # which choice of the request
 
 
 @dataclass(slots=True)
@@ -48,6 +52,7 @@ class Completion:
     prompt_tokens: int
     cached_tokens: int
     timings: RequestTimings
+    logprobs: list[TokenLogprobs] = field(default_factory=list)
 
     @classmethod
     def from_deltas(cls, deltas: list[Delta]) -> Completion:
@@ -61,6 +66,7 @@ class Completion:
             prompt_tokens=last.prompt_tokens,
             cached_tokens=last.cached_tokens,
             timings=last.timings,
+            logprobs=[lp for d in deltas for lp in d.logprobs],
         )
 
 

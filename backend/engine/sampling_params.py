@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_LEN = 256
+MAX_LOGIT_BIAS = 300  # entries, as OpenAI allows
+MAX_TOP_LOGPROBS = 20
 
 
 @dataclass(slots=True)
@@ -13,6 +15,9 @@ class SamplingParams:
     """How one request samples and when it stops.
 
     temperature 0 means greedy; top_k 0 means off; stop strings are trimmed from the output text.
+    Penalties follow OpenAI (presence, frequency: subtracted, over the output tokens) and transformers
+    (repetition: logits divided or multiplied, over prompt and output tokens). `logprobs` is how many
+    alternatives to report per token (0: only the chosen one), None for no logprobs.
     Construction raises ValueError with a message naming the bad field.
     """
 
@@ -25,6 +30,11 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -32,6 +42,11 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def penalized(self) -> bool:
+        """Whether the sampler must track this request's token counts."""
+        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0
 
     def validate(self) -> None:
         """Raise ValueError if any field is out of range (also callable after mutation)."""
@@ -55,3 +70,18 @@ class SamplingParams:
         for t in self.stop_token_ids:
             if not isinstance(t, int) or t < 0:
                 raise ValueError(f"stop_token_ids must be non-negative integers, got {t!r}")
+        self._validate_penalties()
+
+    def _validate_penalties(self) -> None:
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2.0 <= getattr(self, name) <= 2.0:
+                raise ValueError(f"{name} must be between -2 and 2, got {getattr(self, name)!r}")
+        if not 0.0 < self.repetition_penalty <= 10.0:
+            raise ValueError(f"repetition_penalty must be in (0, 10], got {self.repetition_penalty!r}")
+        if len(self.logit_bias) > MAX_LOGIT_BIAS:
+            raise ValueError(f"logit_bias may hold at most {MAX_LOGIT_BIAS} tokens, got {len(self.logit_bias)}")
+        for token, bias in self.logit_bias.items():
+            if not isinstance(token, int) or token < 0 or not -100.0 <= bias <= 100.0:
+                raise ValueError(f"logit_bias maps token ids to numbers in [-100, 100], got {token!r}: {bias!r}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}, got {self.logprobs!r}")

@@ -113,6 +113,21 @@ class Scheduler:
                 seq.num_computed_tokens += num_new
                 self.pool.cache_full_blocks(seq)
 
+    def fork(self, parent: Sequence) -> None:
+        """Start the parent's pending choices now that its prompt's KV is computed: each shares the full
+        prompt blocks and recomputes only the prompt's last, partial block (at least its last token, which it
+        samples from), so the choices never write into a shared block."""
+        shared = (parent.num_prompt_tokens - 1) // self.pool.block_size
+        for child in parent.forks:
+            if child.status is not SequenceStatus.PENDING:  # aborted before the fork
+                continue
+            self.pool.fork(parent, child, shared)
+            child.status = SequenceStatus.RUNNING
+            child.timings.scheduled = time.monotonic()
+            child.num_cached_tokens = parent.num_cached_tokens
+            bisect.insort(self.running, child, key=lambda s: s.sort_key)
+        parent.forks = []
+
     def finish(self, seq: Sequence, reason: FinishReason) -> None:
         """End a sequence wherever it is and return its blocks."""
         if seq.status is SequenceStatus.RUNNING:
@@ -120,7 +135,7 @@ class Scheduler:
         elif seq.status is SequenceStatus.WAITING:
             self.waiting.remove(seq)
             self.waiting_tokens -= seq.num_tokens
-        else:
+        elif seq.status is not SequenceStatus.PENDING:
             return
         self.pool.free(seq)
         seq.status = SequenceStatus.FINISHED
@@ -136,6 +151,8 @@ class Scheduler:
         ]
         for seq in expired:
             self.finish(seq, FinishReason.QUEUE_TIMEOUT)
+            for choice in seq.forks:
+                self.finish(choice, FinishReason.QUEUE_TIMEOUT)
         return expired
 
     def preempt(self, seq: Sequence) -> None:

@@ -15,9 +15,11 @@ if TYPE_CHECKING:
     import torch
 
     from backend.engine.structured_output import GrammarState
+    from backend.executor.penalties import PenaltyState
 
 
 class SequenceStatus(Enum):
+    PENDING = "pending"  # a choice of an n > 1 request, waiting for its first choice's prefill to fork from
     WAITING = "waiting"
     RUNNING = "running"
     FINISHED = "finished"
@@ -55,12 +57,15 @@ class Sequence:
         "cache_salt",
         "constraint",
         "finish_reason",
+        "forks",
         "generator",
+        "index",
         "num_cached_tokens",
         "num_computed_tokens",
         "num_prompt_tokens",
         "output",
         "params",
+        "penalty_state",
         "priority",
         "queue_deadline",
         "request_id",
@@ -78,8 +83,10 @@ class Sequence:
         *,
         priority: int = 0,
         cache_salt: str | None = None,
+        index: int = 0,
     ) -> None:
         self.request_id = request_id
+        self.index = index  # which of the request's choices this sequence is
         self.token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(prompt_token_ids)
         self.params = params
@@ -96,8 +103,10 @@ class Sequence:
         self.queue_deadline: float | None = None  # monotonic time by which it must have started
         self.generator: torch.Generator | None = None
         self.constraint: GrammarState | None = None  # structured output: the grammar its tokens must follow
+        self.penalty_state: PenaltyState | None = None  # token counts, for a penalized request's sampler
         self.output: Any = None  # the engine's text/stop state for this request
         self.sink: Callable[[Any], None] | None = None  # where the engine delivers deltas
+        self.forks: list[Sequence] = []  # the request's other choices, forked from this one after its prefill
 
     @property
     def sort_key(self) -> tuple[int, int]:

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import torch
 
+    from backend.executor.penalties import PenaltyState
+
 
 class SamplingOptions(Protocol):
     """A request's sampling parameters, as the sampler reads them."""
@@ -29,6 +31,18 @@ class SamplingOptions(Protocol):
     def min_tokens(self) -> int: ...
     @property
     def stop_token_ids(self) -> list[int]: ...
+    @property
+    def penalized(self) -> bool: ...
+    @property
+    def presence_penalty(self) -> float: ...
+    @property
+    def frequency_penalty(self) -> float: ...
+    @property
+    def repetition_penalty(self) -> float: ...
+    @property
+    def logit_bias(self) -> dict[int, float]: ...
+    @property
+    def logprobs(self) -> int | None: ...
 
 
 class TokenConstraint(Protocol):
@@ -41,6 +55,7 @@ class StepSequence(Protocol):
     """One sequence in a step: its tokens, how many have KV, its block table, how it samples."""
 
     generator: torch.Generator | None  # the sampler seeds it on first use
+    penalty_state: PenaltyState | None  # the sampler builds it on first use, for penalized requests
 
     @property
     def token_ids(self) -> list[int]: ...

@@ -26,6 +26,7 @@ from backend.engine.core import Engine
 from backend.engine.engine_config import EngineConfig
 from backend.engine.records import GenerateRequest
 from backend.engine.sampling_params import SamplingParams
+from backend.loading.generation_config import generation_defaults
 from backend.loading.model_cache import MODELS, ModelCacheError, resolve
 from backend.server.api_errors import ApiError
 from backend.server.metrics import CONTENT_TYPE, BackendMetrics
@@ -90,6 +91,7 @@ class BackendServer:
                                    "owned_by": "tidegate", "root": str(self.model_path), "parent": None}
         if self.engine is not None:
             card["max_model_len"] = self.engine.max_model_len
+            card["generation_defaults"] = self.serving.generation_defaults
         return JSONResponse({"object": "list", "data": [card]})
 
     async def health(self, request: Request) -> Response:
@@ -130,7 +132,12 @@ class BackendServer:
         """Load the model off the event loop, warm it up with one real request, then open for traffic."""
         started = time.monotonic()
         try:
-            self.engine = await asyncio.to_thread(Engine, EngineConfig.for_model(self.settings, self.model_path))
+            settings = self.settings
+            defaults = await asyncio.to_thread(generation_defaults, self.model_path, settings.generation_config,
+                                               settings.override_generation_config)
+            SamplingParams(**defaults)  # a default out of range fails the load, naming the field
+            self.serving.generation_defaults = defaults
+            self.engine = await asyncio.to_thread(Engine, EngineConfig.for_model(settings, self.model_path))
             self.engine.start()
             await self._warm_up(self.engine)
         except Exception as exc:
@@ -140,8 +147,9 @@ class BackendServer:
                 self.on_fatal()
             return
         self.serving.engine = self.engine
-        log.info("model %s ready as %r in %.1fs (max_model_len %d)", self.model_path, self.served_name,
-                 time.monotonic() - started, self.engine.max_model_len)
+        log.info("model %s ready as %r in %.1fs (max_model_len %d, generation defaults %s)", self.model_path,
+                 self.served_name, time.monotonic() - started, self.engine.max_model_len,
+                 self.serving.generation_defaults)
 
     async def _warm_up(self, engine: Engine) -> None:
         prompt = engine.tokenizer.encode("Hello", add_special_tokens=True)

@@ -11,10 +11,13 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from backend.engine.choices import MAX_CHOICES
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.structured_output import Constraint
 from backend.server.api_errors import invalid, unsupported
+from backend.server.body_fields import bool_field, int_field, str_or_none, utf8
 from backend.server.constraints import parse_constraint
+from backend.server.sampling_fields import read_sampling, sampling_params
 from backend.server.tools import ToolRequest, chat_message, parse_tools
 from tidegate.request_body import decode_json
 
@@ -31,7 +34,10 @@ class Endpoint(Enum):
 
 @dataclass(slots=True)
 class ValidatedRequest:
-    """One validated request; exactly one of `prompt` (completions) and `messages` (chat) is set."""
+    """One validated request; exactly one of `prompt` (completions) and `messages` (chat) is set.
+
+    `sampling` holds only the sampling fields the client set; the model's generation defaults fill the rest
+    (`sampling_params`)."""
 
     endpoint: Endpoint
     model: str
@@ -40,14 +46,8 @@ class ValidatedRequest:
     stream: bool = False
     include_usage: bool = False
     max_tokens: int | None = None
-    min_tokens: int = 0
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
-    stop: list[str] = field(default_factory=list)
-    stop_token_ids: list[int] = field(default_factory=list)
-    ignore_eos: bool = False
+    n: int = 1
+    sampling: dict[str, Any] = field(default_factory=dict)
     priority: int = 0
     cache_salt: str | None = None
     constraint: Constraint | None = None  # structured output (response_format, structured_outputs, guided_*)
@@ -58,14 +58,9 @@ class ValidatedRequest:
         """What the output must match: a forced tool call's grammar, else the request's own constraint."""
         return self.tools.constraint() if self.tools is not None and self.tools.forced else self.constraint
 
-    def sampling_params(self, max_tokens: int) -> SamplingParams:
-        try:
-            return SamplingParams(max_tokens=max_tokens, min_tokens=self.min_tokens,
-                                  temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-                                  seed=self.seed, stop=list(self.stop), stop_token_ids=list(self.stop_token_ids),
-                                  ignore_eos=self.ignore_eos)
-        except ValueError as exc:
-            raise invalid(str(exc), _param_named_in(str(exc))) from None
+    def sampling_params(self, max_tokens: int, defaults: dict[str, Any] | None = None) -> SamplingParams:
+        """The engine's parameters: the fields this request set, over the model's `defaults`."""
+        return sampling_params(self.sampling, defaults or {}, max_tokens)
 
 
 def decode_body(raw: bytes, max_depth: int) -> dict[str, Any]:
@@ -90,31 +85,23 @@ def parse_request(body: dict[str, Any], endpoint: Endpoint) -> ValidatedRequest:
     req = ValidatedRequest(endpoint=endpoint, model=model)
     if endpoint is Endpoint.CHAT:
         req.messages = _messages(body.get("messages"))
-        max_tokens = _int(body, "max_completion_tokens", lo=1)
-        req.max_tokens = max_tokens if max_tokens is not None else _int(body, "max_tokens", lo=1)
+        max_tokens = int_field(body, "max_completion_tokens", lo=1)
+        req.max_tokens = max_tokens if max_tokens is not None else int_field(body, "max_tokens", lo=1)
     else:
         req.prompt = _prompt(body.get("prompt"))
-        req.max_tokens = _int(body, "max_tokens", lo=1)
-    req.stream = _bool(body, "stream")
+        req.max_tokens = int_field(body, "max_tokens", lo=1)
+    req.n = body.get("n") or 1
+    req.stream = bool_field(body, "stream")
     req.include_usage = _stream_options(body, req.stream)
-    req.min_tokens = _int(body, "min_tokens", lo=0) or 0
-    if req.max_tokens is not None and req.min_tokens > req.max_tokens:
-        raise invalid(f"`min_tokens` ({req.min_tokens}) must not exceed `max_tokens` ({req.max_tokens})",
+    req.sampling = read_sampling(body, chat=endpoint is Endpoint.CHAT)
+    min_tokens = req.sampling.get("min_tokens", 0)
+    if req.max_tokens is not None and min_tokens > req.max_tokens:
+        raise invalid(f"`min_tokens` ({min_tokens}) must not exceed `max_tokens` ({req.max_tokens})",
                       "min_tokens")
-    req.temperature = _float(body, "temperature", 1.0, 0.0, 2.0)
-    req.top_p = _float(body, "top_p", 1.0, 0.0, 1.0)
-    if req.top_p == 0.0:
-        raise invalid("`top_p` must be greater than 0", "top_p")
-    top_k = _int(body, "top_k", lo=-1)
-    req.top_k = 0 if top_k is None or top_k == -1 else top_k  # vLLM spells "off" as -1
-    req.seed = _int(body, "seed", lo=0, hi=2**63 - 1)
-    req.stop = _stop(body.get("stop"))
-    req.stop_token_ids = _int_list(body.get("stop_token_ids"), "stop_token_ids")
-    req.ignore_eos = _bool(body, "ignore_eos")
-    req.priority = _int(body, "priority", lo=-MAX_PRIORITY, hi=MAX_PRIORITY) or 0
-    req.cache_salt = _str_or_none(body, "cache_salt")
+    req.priority = int_field(body, "priority", lo=-MAX_PRIORITY, hi=MAX_PRIORITY) or 0
+    req.cache_salt = str_or_none(body, "cache_salt")
     _structured_fields(req, body)
-    _str_or_none(body, "user")  # accepted for tracing by the caller; only its type matters here
+    str_or_none(body, "user")  # accepted for tracing by the caller; only its type matters here
     return req
 
 
@@ -147,9 +134,7 @@ def resolve_max_tokens(req: ValidatedRequest, prompt_len: int, max_model_len: in
 
 # Fields this server refuses when set to anything but their neutral value (OpenAI default).
 _NEUTRAL: dict[str, tuple[Any, ...]] = {
-    "logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False), "suffix": (None, ""),
-    "best_of": (None, 1), "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0),
-    "repetition_penalty": (None, 1, 1.0), "logit_bias": (None, {}),
+    "echo": (None, False), "suffix": (None, ""),
     "functions": (None, []), "function_call": (None, "none", "auto"),
     "prompt_logprobs": (None, 0),
 }
@@ -160,8 +145,11 @@ def _refuse_unsupported(body: dict[str, Any], endpoint: Endpoint) -> None:
     if n is not None:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise invalid(f"`n` must be an integer >= 1, got {n!r}", "n")
-        if n > 1:
-            raise unsupported("n", f"= {n} (more than one choice per request)")
+        if n > MAX_CHOICES:
+            raise invalid(f"`n` must be at most {MAX_CHOICES}, got {n}", "n")
+    best_of = body.get("best_of")
+    if best_of is not None and best_of not in (1, n or 1):  # no choosing among more choices than returned
+        raise unsupported("best_of", f"= {json.dumps(best_of)[:40]} (only best_of equal to n)")
     for name, neutral in _NEUTRAL.items():
         value = body.get(name)
         if not _is_neutral(value, neutral):
@@ -176,7 +164,7 @@ def _structured_fields(req: ValidatedRequest, body: dict[str, Any]) -> None:
     if req.tools is not None and req.tools.forced and req.constraint is not None:
         raise invalid(f"`{req.constraint.field}` cannot be combined with `tool_choice` {req.tools.choice}",
                       req.constraint.field)
-    if req.output_constraint is not None and req.min_tokens:
+    if req.output_constraint is not None and req.sampling.get("min_tokens"):
         raise invalid("`min_tokens` cannot be combined with an output constraint", "min_tokens")
 
 
@@ -211,7 +199,7 @@ def _messages(value: Any) -> list[dict[str, Any]]:
 
 def _content(value: Any, role: str, where: str) -> str:
     if isinstance(value, str):
-        return _utf8(value, f"{where}.content")
+        return utf8(value, f"{where}.content")
     if value is None and role == "assistant":
         return ""
     if isinstance(value, list):
@@ -220,7 +208,7 @@ def _content(value: Any, role: str, where: str) -> str:
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise invalid(f"`{where}.content[{j}]` must be a text part {{\"type\": \"text\", \"text\": ...}}; "
                               "other content types are not supported", f"{where}.content")
-            texts.append(_utf8(part["text"], f"{where}.content"))
+            texts.append(utf8(part["text"], f"{where}.content"))
         return "\n".join(texts)
     raise invalid(f"`{where}.content` must be a string or a list of text parts", f"{where}.content")
 
@@ -232,30 +220,12 @@ def _prompt(value: Any) -> str | list[int]:
     if isinstance(value, str):
         if not value:
             raise invalid("`prompt` must not be empty", "prompt")
-        return _utf8(value, "prompt")
+        return utf8(value, "prompt")
     if isinstance(value, list) and value and all(isinstance(t, int) and not isinstance(t, bool) for t in value):
         return list(value)
     if isinstance(value, list) and len(value) > 1 and all(isinstance(p, str | list) for p in value):
         raise unsupported("prompt", "as a batch of several prompts")
     raise invalid("`prompt` is required: a non-empty string or a non-empty list of token ids", "prompt")
-
-
-def _stop(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
-        raise invalid("`stop` must be a non-empty string or a list of non-empty strings", "stop")
-    return [_utf8(s, "stop") for s in value]
-
-
-def _int_list(value: Any, name: str) -> list[int]:
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
-        raise invalid(f"`{name}` must be a list of integers", name)
-    return list(value)
 
 
 def _stream_options(body: dict[str, Any], stream: bool) -> bool:
@@ -270,66 +240,3 @@ def _stream_options(body: dict[str, Any], stream: bool) -> bool:
     if not isinstance(include, bool):
         raise invalid("`stream_options.include_usage` must be a boolean", "stream_options.include_usage")
     return include
-
-
-def _int(body: dict[str, Any], name: str, lo: int | None = None, hi: int | None = None) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)  # JSON writers often send 16.0 for 16
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise invalid(f"`{name}` must be an integer, got {json.dumps(value)[:40]}", name)
-    if (lo is not None and value < lo) or (hi is not None and value > hi):
-        raise invalid(f"`{name}` must be {_range(lo, hi)}, got {value}", name)
-    return value
-
-
-def _float(body: dict[str, Any], name: str, default: float, lo: float, hi: float) -> float:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise invalid(f"`{name}` must be a number, got {json.dumps(value)[:40]}", name)
-    if not lo <= value <= hi:
-        raise invalid(f"`{name}` must be between {lo:g} and {hi:g}, got {value}", name)
-    return float(value)
-
-
-def _bool(body: dict[str, Any], name: str) -> bool:
-    value = body.get(name)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise invalid(f"`{name}` must be a boolean, got {json.dumps(value)[:40]}", name)
-    return value
-
-
-def _str_or_none(body: dict[str, Any], name: str) -> str | None:
-    value = body.get(name)
-    if value is not None and not isinstance(value, str):
-        raise invalid(f"`{name}` must be a string", name)
-    return value
-
-
-def _utf8(text: str, param: str) -> str:
-    # json.loads turns "\ud800" into a lone surrogate that no tokenizer can encode.
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise invalid(f"`{param}` holds an invalid Unicode escape (a lone surrogate)", param) from None
-    return text
-
-
-def _range(lo: int | None, hi: int | None) -> str:
-    if lo is not None and hi is not None:
-        return f"between {lo} and {hi}"
-    return f">= {lo}" if lo is not None else f"<= {hi}"
-
-
-def _param_named_in(message: str) -> str | None:
-    """The request field a SamplingParams message is about (it names the field in its text)."""
-    return next((name for name in _SAMPLING_FIELDS if name in message), None)
-
-
-_SAMPLING_FIELDS = ("max_tokens", "min_tokens", "temperature", "top_p", "top_k", "seed", "stop_token_ids", "stop")

@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from backend.executor.sampler import TokenLogprobs
+from backend.server.logprobs import LogprobsFormatter
 from backend.server.protocol import Endpoint
 
 
@@ -24,6 +26,7 @@ class ResponseBuilder:
     model: str
     include_usage: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
+    logprobs: LogprobsFormatter | None = None  # set when the request asked for logprobs
 
     @property
     def id(self) -> str:
@@ -31,36 +34,44 @@ class ResponseBuilder:
         return prefix + self.request_hex
 
     def response(self, text: str | None, finish_reason: str, usage_body: dict[str, Any],
+                 logprobs: list[TokenLogprobs] | None = None, index: int = 0,
                  tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """The non-streaming body; a chat answer with `tool_calls` ends with finish_reason "tool_calls"."""
+        """The non-streaming body, with choice `index` (an n > 1 response joins several bodies' choices);
+        a chat answer with `tool_calls` ends with finish_reason "tool_calls"."""
         if self.endpoint is Endpoint.CHAT:
             message: dict[str, Any] = {"role": "assistant", "content": text}
             if tool_calls:
                 message["tool_calls"] = tool_calls
                 finish_reason = "tool_calls" if finish_reason == "stop" else finish_reason
-            choice: dict[str, Any] = {"index": 0, "message": message, "logprobs": None,
-                                      "finish_reason": finish_reason}
+            choice: dict[str, Any] = {"index": index, "message": message,
+                                      "logprobs": self._logprobs(logprobs, index), "finish_reason": finish_reason}
             obj = "chat.completion"
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+            choice = {"index": index, "text": text, "logprobs": self._logprobs(logprobs, index),
+                      "finish_reason": finish_reason}
             obj = "text_completion"
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
                 "choices": [choice], "usage": usage_body}
 
-    def role_chunk(self) -> dict[str, Any] | None:
+    def role_chunk(self, index: int = 0) -> dict[str, Any] | None:
         """Chat streams open with the assistant role and empty content, as OpenAI's do."""
         if self.endpoint is not Endpoint.CHAT:
             return None
-        return self._chunk({"role": "assistant", "content": ""}, None)
+        return self._chunk({"role": "assistant", "content": ""}, None, index)
 
-    def text_chunk(self, text: str, finish_reason: str | None = None) -> dict[str, Any]:
+    def text_chunk(self, text: str, finish_reason: str | None = None,
+                   logprobs: list[TokenLogprobs] | None = None, index: int = 0) -> dict[str, Any]:
         if self.endpoint is Endpoint.CHAT:
-            return self._chunk({"content": text} if text else {}, finish_reason)
-        return self._chunk(text, finish_reason)
+            body = self._chunk({"content": text} if text or logprobs else {}, finish_reason, index)
+        else:
+            body = self._chunk(text, finish_reason, index)
+        body["choices"][0]["logprobs"] = self._logprobs(logprobs, index)
+        return body
 
-    def tool_call_chunks(self, tool_calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def tool_call_chunks(self, tool_calls: list[dict[str, Any]], index: int = 0) -> list[dict[str, Any]]:
         """One chunk per call, as OpenAI streams them: the call's index, id, type, name and arguments."""
-        return [self._chunk({"tool_calls": [{"index": i, **call}]}, None) for i, call in enumerate(tool_calls)]
+        return [self._chunk({"tool_calls": [{"index": i, **call}]}, None, index)
+                for i, call in enumerate(tool_calls)]
 
     def usage_chunk(self, usage_body: dict[str, Any]) -> dict[str, Any]:
         """The `include_usage` chunk: empty choices, the usage of the whole request."""
@@ -69,16 +80,20 @@ class ResponseBuilder:
         body["usage"] = usage_body
         return body
 
-    def _chunk(self, delta: dict[str, Any] | str, finish_reason: str | None) -> dict[str, Any]:
+    def _chunk(self, delta: dict[str, Any] | str, finish_reason: str | None, index: int) -> dict[str, Any]:
         if isinstance(delta, dict):
-            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            choice: dict[str, Any] = {"index": index, "delta": delta, "logprobs": None,
+                                      "finish_reason": finish_reason}
         else:
-            choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": finish_reason}
+            choice = {"index": index, "text": delta, "logprobs": None, "finish_reason": finish_reason}
         body = self._envelope()
         body["choices"] = [choice]
         if self.include_usage:
             body["usage"] = None  # OpenAI marks every chunk but the last as carrying no usage
         return body
+
+    def _logprobs(self, entries: list[TokenLogprobs] | None, index: int) -> dict[str, Any] | None:
+        return self.logprobs.body(entries, index) if self.logprobs is not None and entries else None
 
     def _envelope(self) -> dict[str, Any]:
         obj = "chat.completion.chunk" if self.endpoint is Endpoint.CHAT else "text_completion"

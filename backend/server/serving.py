@@ -8,6 +8,7 @@ still answered 503 with Retry-After (which lets a gateway fail over); after that
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
@@ -20,6 +21,7 @@ from backend.engine.errors import EngineOverloaded, InvalidGenerateRequest, Queu
 from backend.engine.records import Delta, GenerateRequest
 from backend.engine.structured_output import CompilerBusy, Constraint, ConstraintError, GrammarState
 from backend.server.api_errors import ApiError, internal, invalid, model_not_found, unavailable
+from backend.server.logprobs import LogprobsFormatter
 from backend.server.protocol import (
     Endpoint,
     ValidatedRequest,
@@ -73,6 +75,7 @@ class OpenAIServing:
         self.tracing = tracing
         self.settings = settings
         self.engine: Engine | None = None  # set once the model is loaded and warmed up
+        self.generation_defaults: dict[str, Any] = {}  # what a request's omitted sampling fields become
 
     async def handle(self, request: Request, endpoint: Endpoint) -> Response:
         record = RequestLogLine(request_id(request.headers), endpoint.value,
@@ -109,12 +112,18 @@ class OpenAIServing:
             prompt_ids = await asyncio.to_thread(self._prompt_ids, engine, req)
         else:
             prompt_ids = self._prompt_ids(engine, req)
-        params = req.sampling_params(resolve_max_tokens(req, len(prompt_ids), engine.max_model_len))
+        params = req.sampling_params(resolve_max_tokens(req, len(prompt_ids), engine.max_model_len),
+                                     self.generation_defaults)
         check_token_ids(params.stop_token_ids, engine.tokenizer.vocab_size, "stop_token_ids")
+        check_token_ids(list(params.logit_bias), engine.tokenizer.vocab_size, "logit_bias")
         builder = ResponseBuilder(endpoint, uuid.uuid4().hex, self.served_model, req.include_usage)
+        if params.logprobs is not None:
+            tokenizer = engine.tokenizer
+            builder.logprobs = LogprobsFormatter(endpoint is Endpoint.CHAT,
+                                                 lambda t: tokenizer.decode([t], skip_special_tokens=False))
         record.response_id = builder.id
         gen = GenerateRequest(request_id=builder.request_hex, prompt_token_ids=prompt_ids, params=params,
-                              priority=req.priority, cache_salt=req.cache_salt,
+                              priority=req.priority, cache_salt=req.cache_salt, n=req.n,
                               constraint=await grammar_state(engine, req.output_constraint))
         record.prompt_tokens = len(prompt_ids)
         deltas = engine.generate(gen)
@@ -122,16 +131,26 @@ class OpenAIServing:
             first = await self._until_disconnect(request, anext(deltas), gen.request_id)
         except (EngineOverloaded, QueueTimeout, InvalidGenerateRequest) as exc:
             raise self._engine_refusal(exc) from None
-        tool_stream = ToolStream(req.tools) if req.tools is not None else None
         if req.stream:
-            return EventStreamResponse(self._events(first, deltas, builder, record, tool_stream))
-        text, last = await self._until_disconnect(request, self._collect(first, deltas, record), gen.request_id)
+            return EventStreamResponse(self._events(first, deltas, builder, record, req))
+        collected = await self._until_disconnect(request, self._collect(first, deltas, record, req.n),
+                                                 gen.request_id)
+        finals = [d for d in collected if d.finish_reason is not None]
+        last = summary(finals)
         self._finished(record, last)
-        if last.finish_reason == "abort":  # the client is still here, so the engine gave up (a failed step)
+        if any(d.finish_reason == "abort" for d in finals):  # the client is still here: a failed step
             raise EngineAborted
-        assert last.finish_reason is not None
-        content, calls = parse_calls(text, req.tools) if req.tools is not None else (text, [])
-        return JSONResponse(builder.response(content, last.finish_reason, usage_of(last), calls))
+        choices = []
+        for final in sorted(finals, key=lambda d: d.index):
+            mine = [d for d in collected if d.index == final.index]
+            assert final.finish_reason is not None
+            text = "".join(d.text for d in mine)
+            content, calls = parse_calls(text, req.tools) if req.tools is not None else (text, [])
+            body = builder.response(content, final.finish_reason, usage_of(last),
+                                    [lp for d in mine for lp in d.logprobs], final.index, calls)
+            choices += body["choices"]
+        body["choices"] = choices
+        return JSONResponse(body)
 
     def _prompt_ids(self, engine: Engine, req: ValidatedRequest) -> list[int]:
         tok = engine.tokenizer
@@ -162,37 +181,56 @@ class OpenAIServing:
             raise ClientGone
         return task.result()
 
-    async def _collect(self, first: Delta, deltas: AsyncIterator[Delta],
-                       record: RequestLogLine) -> tuple[str, Delta]:
-        parts: list[str] = []
+    async def _collect(self, first: Delta, deltas: AsyncIterator[Delta], record: RequestLogLine,
+                       n: int) -> list[Delta]:
+        """Every delta of the request's n choices, until each has ended."""
+        collected: list[Delta] = []
         delta = first
         while True:
             if delta.token_ids:
                 record.token_seen()
-            parts.append(delta.text)
-            if delta.finish_reason is not None:
-                return "".join(parts), delta
+            collected.append(delta)
+            n -= delta.finish_reason is not None
+            if n == 0:
+                return collected
             delta = await anext(deltas)
 
     async def _events(self, first: Delta, deltas: AsyncIterator[Delta], builder: ResponseBuilder,
-                      record: RequestLogLine, tool_stream: ToolStream | None) -> AsyncGenerator[bytes, None]:
+                      record: RequestLogLine, req: ValidatedRequest) -> AsyncGenerator[bytes, None]:
         """The SSE body; its `finally` runs on every exit, including the client's disconnect."""
         last: Delta | None = None
+        finals: list[Delta] = []
+        n = req.n
+        # a choice's text that may be a tool call is held back until the call is whole
+        tool_streams = {i: ToolStream(req.tools) for i in range(n)} if req.tools is not None else {}
         try:
-            if (role := builder.role_chunk()) is not None:
-                yield json_event(role)
+            for index in range(n):
+                if (role := builder.role_chunk(index)) is not None:
+                    yield json_event(role)
             delta = first
             while True:
                 if delta.token_ids:
                     record.token_seen()
+                tool_stream = tool_streams.get(delta.index)
                 text = tool_stream.push(delta.text) if tool_stream is not None else delta.text
-                if text:
-                    yield json_event(builder.text_chunk(text))
+                if text or delta.logprobs:
+                    yield json_event(builder.text_chunk(text, logprobs=delta.logprobs, index=delta.index))
                 if delta.finish_reason == "abort":
                     raise EngineAborted
                 if delta.finish_reason is not None:
-                    last = delta
-                    break
+                    finish_reason = delta.finish_reason
+                    if tool_stream is not None:  # the held tail: content, or the calls it holds
+                        held, calls = tool_stream.finish()
+                        if held:
+                            yield json_event(builder.text_chunk(held, index=delta.index))
+                        for chunk in builder.tool_call_chunks(calls, delta.index):
+                            yield json_event(chunk)
+                        finish_reason = "tool_calls" if calls and finish_reason == "stop" else finish_reason
+                    yield json_event(builder.text_chunk("", finish_reason, index=delta.index))
+                    finals.append(delta)
+                    if len(finals) == n:
+                        last = summary(finals)
+                        break
                 try:
                     delta = await anext(deltas)
                 except (EngineOverloaded, QueueTimeout, InvalidGenerateRequest) as exc:
@@ -200,15 +238,6 @@ class OpenAIServing:
                     record.failed(err.status, err.message)
                     yield error_event(err)
                     return
-            finish_reason = last.finish_reason
-            if tool_stream is not None:  # the held tail: content, or the calls it holds
-                held, calls = tool_stream.finish()
-                if held:
-                    yield json_event(builder.text_chunk(held))
-                for chunk in builder.tool_call_chunks(calls):
-                    yield json_event(chunk)
-                finish_reason = "tool_calls" if calls and finish_reason == "stop" else finish_reason
-            yield json_event(builder.text_chunk("", finish_reason))
             if builder.include_usage:
                 yield json_event(builder.usage_chunk(usage_of(last)))
             yield DONE_EVENT
@@ -279,6 +308,13 @@ def prompt_chars(req: ValidatedRequest) -> int:
     if req.messages is not None:
         return sum(len(m["content"]) for m in req.messages)
     return len(req.prompt) if isinstance(req.prompt, str) else 0
+
+
+def summary(finals: list[Delta]) -> Delta:
+    """One final delta for the whole request: its first choice's, with every choice's completion tokens
+    (the prompt was computed, and is counted, once)."""
+    first = min(finals, key=lambda d: d.index)
+    return dataclasses.replace(first, completion_tokens=sum(d.completion_tokens for d in finals))
 
 
 def usage_of(delta: Delta) -> dict[str, Any]:

@@ -52,6 +52,9 @@ def test_max_completion_tokens_wins_over_max_tokens_then_the_default() -> None:
     assert max_output_tokens({"max_completion_tokens": 7, "max_tokens": 9}, 512) == 7
     assert max_output_tokens({"max_tokens": 9}, 512) == 9
     assert max_output_tokens({"max_tokens": True}, 512) == 512
+    assert max_output_tokens({"max_tokens": 9, "n": 4}, 512) == 36  # every choice may use its max_tokens
+    assert max_output_tokens({"max_tokens": 9, "n": 2, "best_of": 3}, 512) == 27
+    assert max_output_tokens({"n": 3}, 512) == 1536 and max_output_tokens({"n": True}, 512) == 512
 
 
 def test_a_refused_budget_is_insufficient_quota_and_a_rate_is_rate_limit_exceeded() -> None:

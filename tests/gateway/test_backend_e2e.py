@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from tests.gateway.harness import GatewayHarness
@@ -128,3 +129,19 @@ async def test_structured_output_and_tool_calls_pass_through_the_gateway_unchang
     assert [c["function"] for c in via_choice["message"]["tool_calls"]] == [
         c["function"] for c in direct_choice["message"]["tool_calls"]]
     assert json.loads(constrained.json()["choices"][0]["message"]["content"])["answer"] in ("yes", "no")
+
+
+async def test_n_choices_pass_through_reserved_and_charged_for_every_choice(
+        backend_gateway: GatewayHarness) -> None:
+    gateway = backend_gateway
+    key_id, secret = await gateway.key(quota={"tpm": 300})  # one choice's 100 tokens fit; four choices' do not
+    client = gateway.client(secret, timeout=120)
+    messages: Any = [{"role": "user", "content": "Name a colour."}]
+    with pytest.raises(openai.RateLimitError):
+        await client.chat.completions.create(model="smollm2", messages=messages, max_tokens=100, n=4)
+    four = await client.chat.completions.create(model="smollm2", messages=messages, max_tokens=5, n=4, seed=2,
+                                                temperature=1.0, extra_body={"ignore_eos": True})
+    assert [c.index for c in four.choices] == [0, 1, 2, 3] and all(c.message.content for c in four.choices)
+    assert four.usage is not None and four.usage.completion_tokens == 20
+    usage = await gateway.usage(key_id=key_id)
+    assert usage["completion_tokens"] == 20 and usage["prompt_tokens"] >= four.usage.prompt_tokens

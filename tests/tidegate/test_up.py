@@ -18,6 +18,7 @@ import pytest
 from openai import OpenAI
 
 from tests.servers import free_port
+from tidegate.up import EXAMPLE_QUESTION
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,9 +83,11 @@ def test_up_serves_restarts_a_crashed_replica_and_stops_cleanly(tmp_path: Path, 
         admin_key = up.wait_for(r"admin key:\s+(\S+)").group(1)
         assert up.wait_for(r"curl http://127\.0\.0\.1:\d+/v1/chat/completions")
         client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=api_key, max_retries=0, timeout=120)
-        reply = client.chat.completions.create(model="smollm2", max_tokens=8,
-                                               messages=[{"role": "user", "content": "Say hello"}])
-        assert reply.choices[0].message.content and reply.usage and reply.usage.completion_tokens > 0
+        # the printed example, without sampling fields: the model's generation defaults answer it correctly
+        reply = client.chat.completions.create(model="smollm2", max_tokens=16,
+                                               messages=[{"role": "user", "content": EXAMPLE_QUESTION}])
+        assert "Paris" in (reply.choices[0].message.content or "")
+        assert reply.usage and reply.usage.completion_tokens > 0
         assert httpx.get(f"http://127.0.0.1:{port}/admin/accounts",
                          headers={"authorization": f"Bearer {admin_key}"}).status_code == 200
 

@@ -186,3 +186,21 @@ def test_random_allocate_share_free_evict_keep_invariants(ops: list[tuple[str, i
         pool.free(seq)
     assert pool.num_free == pool.num_blocks
     pool.check_invariants()
+
+
+def test_a_fork_shares_full_prompt_blocks_and_the_last_user_frees_them() -> None:
+    pool = BlockPool(num_blocks=8, block_size=4)
+    parent = make_seq(list(range(10)))
+    assert pool.allocate(parent)
+    run_prefill(pool, parent)
+    children = [make_seq(list(range(10))) for _ in range(3)]
+    for child in children:
+        pool.fork(parent, child, 2)
+        pool.grow(child, 10)  # its own block for the partial tail
+    assert [pool.blocks[b].ref_count for b in parent.block_table] == [4, 4, 1]
+    assert all(c.block_table[:2] == parent.block_table[:2] and c.num_computed_tokens == 8 for c in children)
+    assert pool.num_free == 8 - 3 - 3
+    for seq in [parent, *children]:
+        pool.free(seq)
+        pool.check_invariants()
+    assert pool.num_free == 8

@@ -25,7 +25,7 @@ def logits_for(rows: int, seed: int = 0) -> torch.Tensor:
 def test_greedy_picks_the_argmax_of_each_row() -> None:
     logits = logits_for(4)
     seqs = [make_seq(SamplingParams(temperature=0.0)) for _ in range(4)]
-    assert Sampler([EOS])(logits.clone(), seqs) == logits.argmax(-1).tolist()
+    assert Sampler([EOS])(logits.clone(), seqs).token_ids == logits.argmax(-1).tolist()
 
 
 def test_min_tokens_forbids_eos_and_stop_tokens_until_reached() -> None:
@@ -35,7 +35,7 @@ def test_min_tokens_forbids_eos_and_stop_tokens_until_reached() -> None:
     logits[:, 3] = 8.0
     early = make_seq(SamplingParams(temperature=0.0, min_tokens=4, stop_token_ids=[7]), generated=1)
     late = make_seq(SamplingParams(temperature=0.0, min_tokens=4, stop_token_ids=[7]), generated=4)
-    assert Sampler([EOS])(logits, [early, late]) == [3, EOS]
+    assert Sampler([EOS])(logits, [early, late]).token_ids == [3, EOS]
 
 
 def test_top_k_one_and_tiny_top_p_reduce_to_greedy() -> None:
@@ -45,14 +45,14 @@ def test_top_k_one_and_tiny_top_p_reduce_to_greedy() -> None:
         make_seq(SamplingParams(temperature=1.5, top_p=1e-6, seed=1)),
     ]
     for _ in range(5):
-        assert Sampler([EOS])(logits.clone(), seqs) == logits.argmax(-1).tolist()
+        assert Sampler([EOS])(logits.clone(), seqs).token_ids == logits.argmax(-1).tolist()
 
 
 def test_top_k_never_draws_outside_the_k_best() -> None:
     row = logits_for(1, seed=4)
     allowed = set(torch.topk(row[0], 3).indices.tolist())
     seq = make_seq(SamplingParams(temperature=5.0, top_k=3, seed=11))
-    drawn = {Sampler([EOS])(row.clone(), [seq])[0] for _ in range(200)}
+    drawn = {Sampler([EOS])(row.clone(), [seq]).token_ids[0] for _ in range(200)}
     assert drawn <= allowed and len(drawn) > 1
 
 
@@ -60,7 +60,7 @@ def test_top_p_keeps_only_the_head_that_reaches_the_mass() -> None:
     row = torch.full((1, VOCAB), -20.0)
     row[0, 10], row[0, 11], row[0, 12] = 5.0, 4.9, 0.0  # the first two hold almost all the mass
     seq = make_seq(SamplingParams(temperature=1.0, top_p=0.9, seed=5))
-    drawn = {Sampler([EOS])(row.clone(), [seq])[0] for _ in range(200)}
+    drawn = {Sampler([EOS])(row.clone(), [seq]).token_ids[0] for _ in range(200)}
     assert drawn == {10, 11}
 
 
@@ -70,7 +70,7 @@ def test_seeded_rows_draw_the_same_whatever_else_is_in_the_batch() -> None:
         seqs = [make_seq(SamplingParams(temperature=1.0, seed=s)) for s in range(others)]
         seqs.insert(row, target)
         sampler = Sampler([EOS])
-        return [sampler(batch_logits.clone(), seqs)[row] for _ in range(10)]
+        return [sampler(batch_logits.clone(), seqs).token_ids[row] for _ in range(10)]
 
     target_row = logits_for(1, seed=9)
     alone = draws(target_row, 0, 0)

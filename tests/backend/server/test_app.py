@@ -201,8 +201,10 @@ BAD_REQUESTS: list[tuple[dict[str, Any], str]] = [
     ({"max_tokens": "ten"}, "max_tokens"),
     ({"temperature": 7}, "temperature"),
     ({"top_p": 0}, "top_p"),
-    ({"n": 2}, "n"),
-    ({"logprobs": True}, "logprobs"),
+    ({"n": 17}, "n"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ({"logit_bias": {"999999": 1}}, "logit_bias"),
+    ({"presence_penalty": 3}, "presence_penalty"),
     ({"max_tokens": 9000}, "max_tokens"),
     ({"stop_token_ids": [10**9]}, "stop_token_ids"),
 ]

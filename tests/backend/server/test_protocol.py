@@ -119,8 +119,7 @@ def test_malformed_fields_are_400s_naming_the_param(body: dict[str, Any], param:
 
 
 @pytest.mark.parametrize("field, value", [
-    ("n", 2), ("logprobs", True), ("top_logprobs", 3), ("presence_penalty", 0.5), ("frequency_penalty", -1),
-    ("logit_bias", {"1": 5}), ("functions", [{"name": "f"}]),
+    ("best_of", 3), ("functions", [{"name": "f"}]), ("echo", True), ("suffix", "x"),
 ])
 def test_unsupported_features_are_refused_by_name(field: str, value: Any) -> None:
     err = refused(chat(**{field: value}))
@@ -136,8 +135,8 @@ def test_neutral_values_of_unsupported_features_are_accepted(field: str, value: 
     assert parse_request(chat(**{field: value}), Endpoint.CHAT).model == "smollm2"
 
 
-def test_completion_logprobs_echo_and_prompt_batches_are_refused() -> None:
-    assert refused(completion(logprobs=2), Endpoint.COMPLETION).param == "logprobs"
+def test_completion_echo_and_prompt_batches_are_refused() -> None:
+    assert refused(completion(logprobs=21), Endpoint.COMPLETION).param == "logprobs"
     assert refused(completion(echo=True), Endpoint.COMPLETION).param == "echo"
     assert refused(completion(prompt=["a", "b"]), Endpoint.COMPLETION).param == "prompt"
     assert refused(completion(prompt=""), Endpoint.COMPLETION).param == "prompt"
@@ -198,7 +197,8 @@ JSON_VALUES = st.recursive(
     max_leaves=6)
 FIELDS = ["model", "messages", "prompt", "max_tokens", "max_completion_tokens", "min_tokens", "temperature",
           "top_p", "top_k", "seed", "stop", "stop_token_ids", "stream", "stream_options", "ignore_eos", "priority",
-          "n", "logprobs", "user", "cache_salt", "tools", "response_format", "logit_bias"]
+          "n", "logprobs", "top_logprobs", "user", "cache_salt", "tools", "response_format", "logit_bias",
+          "presence_penalty", "frequency_penalty", "repetition_penalty"]
 
 
 @settings(max_examples=300, deadline=None)
@@ -213,9 +213,23 @@ def test_any_json_object_is_parsed_or_refused_with_a_400_never_a_crash(body: dic
         assert err.status == 400 and err.message
         return
     try:  # what the server builds next: a valid request maps to valid sampling parameters or a 400
-        req.sampling_params(max(req.max_tokens or 16, req.min_tokens, 1))
+        req.sampling_params(max(req.max_tokens or 16, req.sampling.get("min_tokens", 0), 1))
     except ApiError as err:
         assert err.status == 400
+
+
+@pytest.mark.parametrize("bias", [{"²": 1}, {"-1": 1}, {"1": 101}, {"1": True}, {"1": "2"}, [1]])
+def test_a_malformed_logit_bias_is_a_400_naming_it(bias: Any) -> None:
+    assert refused(chat(logit_bias=bias)).param == "logit_bias"
+
+
+def test_penalties_bias_and_logprobs_map_to_sampling_params() -> None:
+    req = parse_request(chat(presence_penalty=0.5, frequency_penalty=-1, repetition_penalty=1.2,
+                             logit_bias={"7": -100, "9": 2.5}, logprobs=True, top_logprobs=4, n=3), Endpoint.CHAT)
+    params = req.sampling_params(16, {"temperature": 0.2, "presence_penalty": 0.1})
+    assert (params.presence_penalty, params.frequency_penalty, params.repetition_penalty) == (0.5, -1.0, 1.2)
+    assert params.logit_bias == {7: -100.0, 9: 2.5} and params.logprobs == 4 and req.n == 3
+    assert params.temperature == 0.2  # left out: the model's default
 
 
 @pytest.mark.parametrize("fields, param", [({"stop": ["x" * 300]}, "stop"), ({"stop": ["a"] * 17}, "stop"),
