@@ -20,6 +20,8 @@ class LimitName(StrEnum):
     concurrency = "concurrency"
     tokens_per_day = "tokens_per_day"
     tokens_per_month = "tokens_per_month"
+    request_bucket = "request_bucket"
+    token_bucket = "token_bucket"
 
 
 class InvalidRequest(ValueError):
@@ -31,6 +33,35 @@ class NotFound(KeyError):
 
 
 QUOTA_FIELDS = ("rpm", "tpm", "max_concurrency", "tokens_per_day", "tokens_per_month")
+BUCKET_FIELDS = ("request_bucket", "token_bucket")
+
+
+@dataclass(slots=True, frozen=True)
+class Bucket:
+    """A token bucket's settings: `burst` units of capacity refilled at `rate` units per second."""
+
+    rate: float
+    burst: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rate, bool) or not isinstance(self.rate, int | float) or not 0 < self.rate < 1e12:
+            raise InvalidRequest(f"bucket rate must be a positive number, not {self.rate!r}")
+        if isinstance(self.burst, bool) or not isinstance(self.burst, int) or not 0 < self.burst < 2**53:
+            raise InvalidRequest(f"bucket burst must be a positive integer, not {self.burst!r}")
+
+    @classmethod
+    def from_dict(cls, name: str, data: Any) -> Bucket | None:
+        if data is None or isinstance(data, Bucket):
+            return data
+        if not isinstance(data, dict) or set(data) != {"rate", "burst"}:
+            raise InvalidRequest(f"quota.{name} must be an object {{rate, burst}} or null, not {data!r}")
+        try:
+            return cls(data["rate"], data["burst"])
+        except InvalidRequest as error:
+            raise InvalidRequest(f"quota.{name}: {error}") from None
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"rate": self.rate, "burst": self.burst}
 
 
 @dataclass(slots=True, frozen=True)
@@ -42,12 +73,17 @@ class Quota:
     max_concurrency: int | None = None
     tokens_per_day: int | None = None
     tokens_per_month: int | None = None
+    request_bucket: Bucket | None = None  # requests per second, with a burst
+    token_bucket: Bucket | None = None  # tokens per second, with a burst
 
     def __post_init__(self) -> None:
         for name in QUOTA_FIELDS:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise InvalidRequest(f"quota.{name} must be a non-negative integer or null, not {value!r}")
+        for name in BUCKET_FIELDS:
+            if not isinstance(getattr(self, name), Bucket | None):
+                raise InvalidRequest(f"quota.{name} must be an object {{rate, burst}} or null")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Quota:
@@ -55,16 +91,19 @@ class Quota:
             return cls()
         if not isinstance(data, dict):
             raise InvalidRequest(f"quota must be an object, not {type(data).__name__}")
-        unknown = set(data) - set(QUOTA_FIELDS)
+        unknown = set(data) - set(QUOTA_FIELDS) - set(BUCKET_FIELDS)
         if unknown:
             raise InvalidRequest(f"unknown quota fields: {', '.join(sorted(unknown))}")
-        return cls(**data)
+        buckets = {name: Bucket.from_dict(name, data[name]) for name in BUCKET_FIELDS if name in data}
+        return cls(**{**data, **buckets})
 
-    def to_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in QUOTA_FIELDS if getattr(self, name) is not None}
-
-    def as_list(self) -> list[int | None]:
-        return [getattr(self, name) for name in QUOTA_FIELDS]
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {name: getattr(self, name) for name in QUOTA_FIELDS if getattr(self, name) is not None}
+        for name in BUCKET_FIELDS:
+            bucket = getattr(self, name)
+            if bucket is not None:
+                out[name] = bucket.to_dict()
+        return out
 
 
 @dataclass(slots=True)
@@ -169,6 +208,7 @@ class Reservation:
     tpm_levels: tuple[Level, ...] = ()  # levels whose token window holds the estimate
     lease_levels: tuple[Level, ...] = ()  # levels holding a concurrency lease
     budget_levels: tuple[Level, ...] = ()  # levels whose day and month budgets count the estimate
+    bucket_levels: tuple[Level, ...] = ()  # levels whose token bucket holds the estimate
     local: bool = False  # admitted by the in-process fallback while Redis was down
 
     def levels(self) -> list[tuple[Level, str]]:

@@ -151,7 +151,8 @@ def _ledger_rows(start: datetime, account_id: str, fields: dict[str, str]) -> li
 def _write_quota(pipe: Pipeline, state_key: str, quota: Quota) -> None:
     """The admit script reads limits from the level's state hash (an absent field is unlimited); the same
     hash holds the budget counters, so only the quota fields are replaced."""
-    pipe.hdel(state_key, *QUOTA_FIELDS)
-    limits: dict[Any, Any] = quota.to_dict()
+    pipe.hdel(state_key, *QUOTA_FIELDS, *rk.BUCKET_SETTINGS)
+    limits: dict[Any, Any] = {n: v for n, v in quota.to_dict().items() if n in QUOTA_FIELDS}
+    limits.update(rk.bucket_settings(quota.request_bucket, quota.token_bucket))
     if limits:
         pipe.hset(state_key, mapping=limits)

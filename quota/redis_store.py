@@ -23,7 +23,18 @@ from limiter import compose
 from quota import redis_keys as rk
 from quota.admin import QuotaAdmin
 from quota.local_admission import Charge, LocalAdmission, reservation_id
-from quota.records import Admission, ApiKey, KeyInfo, Level, LimitName, Quota, RateInfo, Reservation
+from quota.records import (
+    QUOTA_FIELDS,
+    Admission,
+    ApiKey,
+    Bucket,
+    KeyInfo,
+    Level,
+    LimitName,
+    Quota,
+    RateInfo,
+    Reservation,
+)
 from quota.redis_catalog import RedisCatalog, ledger_field
 from quota.redis_down import local_quota
 from quota.script_batch import PackedKeys, ScriptBatcher
@@ -31,7 +42,7 @@ from quota.service import QuotaService, StoreUnavailable, check_counts
 
 REDIS_DOWN = (RedisError, OSError, asyncio.TimeoutError)
 LIMIT_CODES = [LimitName.rpm, LimitName.tpm, LimitName.concurrency, LimitName.tokens_per_day,
-               LimitName.tokens_per_month]
+               LimitName.tokens_per_month, LimitName.request_bucket, LimitName.token_bucket]
 POOL_SIZE = 16
 POOL_WAIT = 5.0  # waiting for a free connection is queueing, not an outage
 MAX_PENDING = 1_000_000  # settlements waiting for Redis; beyond this the oldest are dropped
@@ -164,6 +175,7 @@ class RedisQuotaService(QuotaService):
             lease_levels=tuple(c.level for c in charges if c.quota.max_concurrency is not None),
             budget_levels=tuple(c.level for c in charges
                                 if c.quota.tokens_per_day is not None or c.quota.tokens_per_month is not None),
+            bucket_levels=tuple(c.level for c in charges if c.quota.token_bucket is not None),
         )
         return Admission(True, reservation, rate=rate)
 
@@ -236,6 +248,7 @@ class RedisQuotaService(QuotaService):
             keys.extend(rk.level_keys(res.account_id, level, level_id))
             args.extend((int(level in res.tpm_levels), int(level in res.lease_levels),
                          int(level in res.budget_levels)))
+        args.append("".join("1" if level in res.bucket_levels else "0" for level, _ in res.levels()))
         await self._batch.call(self._settle, keys, args)
 
     async def flush_pending(self) -> int:
@@ -276,7 +289,19 @@ def _charges(plan: _KeyPlan, raw: list[str]) -> list[Charge]:
     """The quotas the script read ('-' is unlimited), kept for the fallback; rebuilt only when they change."""
     if plan.raw_quotas != raw or plan.charges is None:
         plan.raw_quotas = raw
-        values = [None if v == "-" else int(v) for v in raw]
-        plan.charges = [Charge(level, level_id, Quota(*values[i * 5:i * 5 + 5]))
+        count = len(plan.levels)
+        values = [None if v == "-" else int(v) for v in raw[:count * 5]]
+        buckets = [None if v == "-" else float(v) for v in raw[count * 5:count * 9]]
+        plan.charges = [Charge(level, level_id, _quota(values[i * 5:i * 5 + 5], buckets[i * 4:i * 4 + 4]))
                         for i, (level, level_id) in enumerate(plan.levels)]
     return plan.charges
+
+
+def _quota(limits: list[int | None], buckets: list[float | None]) -> Quota:
+    """A level's quota from the script's five limits and its buckets' (rate, burst) pairs."""
+    request_rate, request_burst, token_rate, token_burst = buckets
+    return replace(
+        Quota(), **dict(zip(QUOTA_FIELDS, limits, strict=True)),
+        request_bucket=None if request_rate is None or request_burst is None else Bucket(request_rate,
+                                                                                          int(request_burst)),
+        token_bucket=None if token_rate is None or token_burst is None else Bucket(token_rate, int(token_burst)))
