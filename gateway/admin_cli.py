@@ -14,6 +14,7 @@ from config.admin_key import configured_admin_key
 from tidegate.url_credentials import redact_url
 
 QUOTA_FLAGS = ("rpm", "tpm", "max_concurrency", "tokens_per_day", "tokens_per_month")
+BUCKET_FLAGS = ("request_bucket", "token_bucket")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,7 +62,20 @@ def _named(parser: argparse.ArgumentParser, *names: str) -> argparse.ArgumentPar
 def _quota_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     for name in QUOTA_FLAGS:
         parser.add_argument("--" + name.replace("_", "-"), type=int, dest=name)
+    for name in BUCKET_FLAGS:
+        parser.add_argument("--" + name.replace("_", "-"), type=_bucket, dest=name, metavar="RATE:BURST",
+                            help="a token bucket: RATE per second, BURST at once")
     return parser
+
+
+def _bucket(text: str) -> dict[str, float | int]:
+    rate, sep, burst = text.partition(":")
+    try:
+        if sep:
+            return {"rate": float(rate) if "." in rate else int(rate), "burst": int(burst)}
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected RATE:BURST, such as 2:10, not {text!r}")
 
 
 def _key_fields(parser: argparse.ArgumentParser) -> None:
@@ -74,7 +88,8 @@ def _key_fields(parser: argparse.ArgumentParser) -> None:
 def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None, dict[str, str]]:
     """(method, path, JSON body, query) for the parsed command."""
     resource, action = args.resource, getattr(args, "action", None)
-    quota = {name: getattr(args, name) for name in QUOTA_FLAGS if getattr(args, name, None) is not None}
+    quota = {name: getattr(args, name) for name in (*QUOTA_FLAGS, *BUCKET_FLAGS)
+             if getattr(args, name, None) is not None}
     fields = {name: getattr(args, name) for name in ("name", "priority_class", "expires_at")
               if getattr(args, name, None) is not None}
     if getattr(args, "models", None) is not None:
