@@ -1,0 +1,57 @@
+"""The cluster layer at the gateway: a full channel sends the request to another, then it waits, then 503."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import openai
+import pytest
+
+from tests.gateway.harness import GatewayHarness
+from tests.gateway.upstreams import MockUpstream
+
+Start = Callable[..., Awaitable[MockUpstream]]
+StartGateway = Callable[..., Awaitable[GatewayHarness]]
+MESSAGES = [{"role": "user", "content": "Say hello"}]
+CLASSES = {"realtime": {"max_concurrency": 8, "queue_size": 8, "queue_timeout": 1.0}}
+
+
+async def test_a_full_channel_bucket_routes_to_the_other_then_waits_its_queue_timeout_then_503(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    first, second = await upstreams(), await upstreams()
+    bucket = {"rate": 0.01, "burst": 100}  # room for one request of about 70 tokens, refilled in hours
+    channels = [{"name": f"c{i}", "base_url": u.base_url, "models": ["smollm2"], "token_bucket": bucket}
+                for i, u in enumerate((first, second))]
+    gateway = await gateway_for([], channels=channels, priority_classes=CLASSES)
+    _, secret = await gateway.key()
+    client = gateway.client(secret)
+    for _ in range(2):
+        await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=60)  # type: ignore[arg-type]
+    assert (first.attempts, second.attempts) == (1, 1)
+    started = time.monotonic()
+    with pytest.raises(openai.InternalServerError) as refused:
+        await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=60)  # type: ignore[arg-type]
+    assert time.monotonic() - started >= 0.9  # waited its class's queue_timeout first
+    assert refused.value.status_code == 503 and refused.value.code == "overloaded"
+    assert int(refused.value.response.headers["retry-after"]) > 60
+    assert (first.attempts, second.attempts) == (1, 1)
+
+
+async def test_a_model_at_its_global_concurrency_makes_the_next_request_wait_for_a_slot(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    slow = await upstreams(chunk_delay=0.2)
+    gateway = await gateway_for([slow], priority_classes={"realtime": {"queue_timeout": 5.0}},
+                                models_limits={"smollm2": {"global_max_concurrency": 1}})
+    _, secret = await gateway.key()
+    client = gateway.client(secret)
+
+    async def ask() -> float:
+        await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=3)  # type: ignore[arg-type]
+        return time.monotonic()
+
+    started = time.monotonic()
+    ends = sorted(await asyncio.gather(ask(), ask()))
+    assert slow.completed == 2
+    assert ends[1] - started >= 1.2  # 0.6 s each, one after the other
