@@ -75,6 +75,8 @@ class ChannelState:
             "in_flight": self.in_flight,
             "priority": self.config.priority,
             "weight": self.config.weight,
+            "token_bucket": self.config.token_bucket.model_dump() if self.config.token_bucket else None,
+            "global_max_concurrency": self.config.global_max_concurrency,
             "models": {
                 model: {
                     "upstream_model": upstream,

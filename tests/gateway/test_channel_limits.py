@@ -30,6 +30,8 @@ async def test_a_full_channel_bucket_routes_to_the_other_then_waits_its_queue_ti
     for _ in range(2):
         await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=60)  # type: ignore[arg-type]
     assert (first.attempts, second.attempts) == (1, 1)
+    listed = (await gateway.admin.get("/admin/channels")).json()["data"]
+    assert [c["token_bucket"] for c in listed] == [{"rate": 0.01, "burst": 100}] * 2
     started = time.monotonic()
     with pytest.raises(openai.InternalServerError) as refused:
         await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=60)  # type: ignore[arg-type]

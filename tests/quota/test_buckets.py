@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 
 from config.stores import StoreSettings
 from quota import InvalidRequest, Level, LimitName, Quota, QuotaService, open_store
-from tests.quota.conftest import make_tenant
+from tests.quota.conftest import make_tenant, store_settings
+from tests.servers import RedisServer
 
 
 async def admit_all(service: QuotaService, keys: list, count: int, estimate: int = 10, tag: str = "r") -> list:
@@ -95,3 +97,18 @@ async def test_two_services_sharing_redis_hold_burst_then_rate(settings: StoreSe
         assert admitted >= 10 + 2 * (elapsed - 0.5) - 1
     finally:
         await other.close()
+
+
+async def test_with_redis_down_each_replica_keeps_its_share_of_a_bucket(redis_server: RedisServer,
+                                                                       tmp_path: Path) -> None:
+    service = await open_store(store_settings("redis", tmp_path, redis_server, gateway_replicas=2,
+                                              redis_retry_interval=60.0))
+    tenant = await make_tenant(service, key={"request_bucket": {"rate": 0.001, "burst": 10},
+                                             "token_bucket": {"rate": 0.001, "burst": 1000}})
+    assert (await service.admit(tenant.keys[0], model="m", estimated_tokens=1, request_id="seen")).admitted
+    redis_server.kill()
+    answers = [await service.admit(tenant.keys[0], model="m", estimated_tokens=1, request_id=f"d{n}")
+               for n in range(20)]
+    assert sum(a.admitted for a in answers) == 5 and all(a.degraded for a in answers)
+    assert {a.refused_limit for a in answers if not a.admitted} == {LimitName.request_bucket}
+    await service.close()
