@@ -35,6 +35,9 @@ class TokenBucket(BaseModel):
 
     rate: float = Field(gt=0)
     burst: int = Field(ge=1)
+    # metrics (channels only): refill at the throughput the replicas' /metrics show they serve (with headroom),
+    # never below `rate`
+    rate_from: Literal["config", "metrics"] = "config"
 
 
 class ModelLimits(BaseModel):
@@ -44,6 +47,13 @@ class ModelLimits(BaseModel):
 
     token_bucket: TokenBucket | None = None
     global_max_concurrency: int | None = Field(default=None, ge=1)
+
+    @field_validator("token_bucket")
+    @classmethod
+    def _rate_from_config(cls, value: TokenBucket | None) -> TokenBucket | None:
+        if value is not None and value.rate_from != "config":
+            raise ValueError("rate_from: metrics is for a channel's token_bucket (its replicas report throughput)")
+        return value
 
 
 RequestExtra = Literal["cache_salt", "priority"]

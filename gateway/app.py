@@ -22,6 +22,7 @@ from gateway.admin_api import AdminApi
 from gateway.auth import check_token
 from gateway.breaker_sync import BreakerSync
 from gateway.channel_limits import ChannelLimits
+from gateway.channel_throughput import ThroughputWatch
 from gateway.channels import ChannelState, HealthChecker
 from gateway.console import console_routes
 from gateway.errors import ApiError
@@ -58,7 +59,10 @@ class Gateway:
         self.redis = redis.from_url(settings.redis_url, socket_timeout=settings.redis_timeout) \
             if settings.redis_url else None
         capacity = MemoryCapacity() if self.redis is None else RedisCapacity(self.redis, settings.gateway_replicas)
-        upstream = UpstreamClient(self.router, settings.retries, self.session, limits=ChannelLimits(settings, capacity))
+        self.throughput = ThroughputWatch(self.router, self.http, settings.health_check_interval,
+                                          settings.health_check_timeout)
+        limits = ChannelLimits(settings, capacity, self.throughput)
+        upstream = UpstreamClient(self.router, settings.retries, self.session, limits=limits)
         self.tracing = setup_tracing(settings.tracing)
         self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics, self.tracing)
         self.admin = AdminApi(quota, self.router, configured_admin_key(settings), frozenset(settings.priority_classes))
@@ -70,11 +74,13 @@ class Gateway:
 
     def start(self) -> None:
         self.health.start()
+        self.throughput.poller.start()  # polls only channels with rate_from: metrics (run-time ones too)
         if self.breaker_sync is not None:
             self.breaker_sync.start()
 
     async def close(self) -> None:
         await self.health.stop()
+        await self.throughput.poller.stop()
         if self.breaker_sync is not None:
             await self.breaker_sync.stop()
         await self.http.aclose()

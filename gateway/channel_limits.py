@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from config import GatewaySettings, ModelLimits, TokenBucket
+from gateway.channel_throughput import ThroughputWatch
 from gateway.channels import ChannelState
 from gateway.errors import ApiError, unavailable
 from gateway.router import Router
@@ -44,8 +45,10 @@ def _limit(name: str, bucket: TokenBucket | None, cap: int | None) -> list[Capac
 
 
 class ChannelLimits:
-    def __init__(self, settings: GatewaySettings, store: SharedCapacity) -> None:
+    def __init__(self, settings: GatewaySettings, store: SharedCapacity,
+                 throughput: ThroughputWatch | None = None) -> None:
         self._store = store
+        self._throughput = throughput
         self._models = settings.models_limits
         # no renewal: a request never outlives the total deadline, so its lease may not either
         self._ttl = settings.timeouts.total + settings.lease_ttl
@@ -53,7 +56,10 @@ class ChannelLimits:
     def limits(self, channel: ChannelState, model: str) -> tuple[CapacityLimit, ...]:
         config = channel.config
         per_model = self._models.get(model) or ModelLimits()
-        return (*_limit(f"channel:{config.name}", config.token_bucket, config.global_max_concurrency),
+        bucket = config.token_bucket
+        if bucket is not None and bucket.rate_from == "metrics" and self._throughput is not None:
+            bucket = bucket.model_copy(update={"rate": self._throughput.rate(config)})
+        return (*_limit(f"channel:{config.name}", bucket, config.global_max_concurrency),
                 *_limit(f"model:{model}", per_model.token_bucket, per_model.global_max_concurrency))
 
     async def pick(self, router: Router, ask: CapacityAsk, tried: set[str],

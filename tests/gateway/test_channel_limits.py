@@ -9,8 +9,10 @@ from collections.abc import Awaitable, Callable
 import openai
 import pytest
 
+from gateway.channel_throughput import tokens_served
 from tests.gateway.harness import GatewayHarness
 from tests.gateway.upstreams import MockUpstream
+from tests.waiting import wait_until_async
 
 Start = Callable[..., Awaitable[MockUpstream]]
 StartGateway = Callable[..., Awaitable[GatewayHarness]]
@@ -31,7 +33,7 @@ async def test_a_full_channel_bucket_routes_to_the_other_then_waits_its_queue_ti
         await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=60)  # type: ignore[arg-type]
     assert (first.attempts, second.attempts) == (1, 1)
     listed = (await gateway.admin.get("/admin/channels")).json()["data"]
-    assert [c["token_bucket"] for c in listed] == [{"rate": 0.01, "burst": 100}] * 2
+    assert [c["token_bucket"] for c in listed] == [{"rate": 0.01, "burst": 100, "rate_from": "config"}] * 2
     started = time.monotonic()
     with pytest.raises(openai.InternalServerError) as refused:
         await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=60)  # type: ignore[arg-type]
@@ -57,3 +59,36 @@ async def test_a_model_at_its_global_concurrency_makes_the_next_request_wait_for
     ends = sorted(await asyncio.gather(ask(), ask()))
     assert slow.completed == 2
     assert ends[1] - started >= 1.2  # 0.6 s each, one after the other
+
+
+def test_tokens_served_sums_the_prompt_and_generation_counters_of_tidegate_and_vllm() -> None:
+    page = """# HELP tidegate_backend_prompt_tokens_total Prompt tokens processed.
+tidegate_backend_prompt_tokens_total{model_name="smollm2"} 120.0
+tidegate_backend_prompt_tokens_created{model_name="smollm2"} 1.7e9
+vllm:generation_tokens_total{model_name="x",label="a b"} 30
+tidegate_backend_request_success_total{finish_reason="stop"} 4
+"""
+    assert tokens_served(page) == 150.0
+    assert tokens_served("up 1\n") is None
+
+
+async def test_rate_from_metrics_refills_at_what_the_replicas_served(upstreams: Start,
+                                                                     gateway_for: StartGateway) -> None:
+    upstream = await upstreams()
+    bucket = {"rate": 0.01, "burst": 200, "rate_from": "metrics"}  # alone, a bucket refilled in hours
+    channels = [{"name": "c0", "base_url": upstream.base_url, "models": ["smollm2"], "token_bucket": bucket}]
+    gateway = await gateway_for([], channels=channels, priority_classes={"realtime": {"queue_timeout": 3.0}},
+                                health_check_interval=0.2)
+    _, secret = await gateway.key()
+    client = gateway.client(secret)
+    for _ in range(2):  # about 96 tokens reserved each: the burst is spent
+        await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=90)  # type: ignore[arg-type]
+
+    async def measured() -> bool:
+        channel = (await gateway.admin.get("/admin/channels")).json()["data"][0]
+        return (channel["measured_tokens_per_second"] or 0) > 50
+
+    await wait_until_async(measured, what="the channel's served tokens per second were read")
+    started = time.monotonic()
+    await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=90)  # type: ignore[arg-type]
+    assert time.monotonic() - started < 2.5 and upstream.completed == 3
