@@ -219,7 +219,7 @@ class RedisQuotaService(QuotaService):
                 return
             # Redis's counters never held this estimate: replay only the ledger and the budgets.
             budgets = tuple(level for level, _ in reservation.levels())
-            reservation = replace(reservation, estimated_tokens=0, tpm_levels=(), lease_levels=(),
+            reservation = replace(reservation, estimated_tokens=0, tpm_levels=(), lease_levels=(), bucket_levels=(),
                                   budget_levels=budgets)
         work = _Settlement(reservation, prompt_tokens, completion_tokens)
         if not self._pending and self._may_try():
