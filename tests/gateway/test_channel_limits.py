@@ -11,7 +11,7 @@ import pytest
 
 from gateway.channel_throughput import tokens_served
 from tests.gateway.harness import GatewayHarness
-from tests.gateway.upstreams import MockUpstream
+from tests.gateway.upstreams import Fault, MockUpstream
 from tests.waiting import wait_until_async
 
 Start = Callable[..., Awaitable[MockUpstream]]
@@ -59,6 +59,20 @@ async def test_a_model_at_its_global_concurrency_makes_the_next_request_wait_for
     ends = sorted(await asyncio.gather(ask(), ask()))
     assert slow.completed == 2
     assert ends[1] - started >= 1.2  # 0.6 s each, one after the other
+
+
+async def test_a_failed_attempt_gives_its_slot_back_so_the_retry_elsewhere_fits(upstreams: Start,
+                                                                                gateway_for: StartGateway) -> None:
+    broken, working = await upstreams(Fault.error_500), await upstreams()
+    channels = [{"name": "broken", "base_url": broken.base_url, "models": ["smollm2"], "priority": 0},
+                {"name": "working", "base_url": working.base_url, "models": ["smollm2"], "priority": 1}]
+    gateway = await gateway_for([], channels=channels, priority_classes=CLASSES,
+                                models_limits={"smollm2": {"global_max_concurrency": 1}})
+    _, secret = await gateway.key()
+    started = time.monotonic()
+    reply = await gateway.client(secret).chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=3)  # type: ignore[arg-type]
+    assert reply.choices[0].message.content and (broken.attempts, working.attempts) == (1, 1)
+    assert time.monotonic() - started < 0.9  # the model's one slot came back at once, no wait for it
 
 
 def test_tokens_served_sums_the_prompt_and_generation_counters_of_tidegate_and_vllm() -> None:
