@@ -20,6 +20,8 @@ from gateway.errors import ApiError, unavailable
 from gateway.router import Router
 from limiter import CapacityLimit, SharedCapacity
 
+NO_LIMITS = ModelLimits()
+
 
 @dataclass(slots=True)
 class CapacityHold:
@@ -55,7 +57,7 @@ class ChannelLimits:
 
     def limits(self, channel: ChannelState, model: str) -> tuple[CapacityLimit, ...]:
         config = channel.config
-        per_model = self._models.get(model) or ModelLimits()
+        per_model = self._models.get(model) or NO_LIMITS
         bucket = config.token_bucket
         if bucket is not None and bucket.rate_from == "metrics" and self._throughput is not None:
             bucket = bucket.model_copy(update={"rate": self._throughput.rate(config)})
