@@ -6,11 +6,14 @@ from config.gateway import (
     Breaker,
     Channel,
     GatewaySettings,
+    IpRateLimit,
+    ModelLimits,
     PriorityClass,
     RequestExtra,
     Retries,
     ServerLimits,
     Timeouts,
+    TokenBucket,
     Tracing,
 )
 from config.settings import Settings, SettingsError, load_settings
@@ -23,6 +26,8 @@ __all__ = [
     "Channel",
     "EngineSettings",
     "GatewaySettings",
+    "IpRateLimit",
+    "ModelLimits",
     "OnRedisDown",
     "PriorityClass",
     "RedisDownPolicy",
@@ -33,6 +38,7 @@ __all__ = [
     "SettingsError",
     "StoreSettings",
     "Timeouts",
+    "TokenBucket",
     "Tracing",
     "load_settings",
 ]

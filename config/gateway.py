@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, IPvAnyNetwork, field_validator, model_validator
 
 from config.stores import StoreSettings
 
@@ -26,6 +26,34 @@ class Timeouts(BaseModel):
             if getattr(self, name) > self.total:
                 raise ValueError(f"timeouts.{name} ({getattr(self, name)}) exceeds timeouts.total ({self.total})")
         return self
+
+
+class TokenBucket(BaseModel):
+    """Tokens per second into a channel or a model, shared by every gateway replica, with a burst."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rate: float = Field(gt=0)
+    burst: int = Field(ge=1)
+    # metrics (channels only): refill at the throughput the replicas' /metrics show they serve (with headroom),
+    # never below `rate`
+    rate_from: Literal["config", "metrics"] = "config"
+
+
+class ModelLimits(BaseModel):
+    """The cluster layer for one public model, across every channel that serves it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    token_bucket: TokenBucket | None = None
+    global_max_concurrency: int | None = Field(default=None, ge=1)
+
+    @field_validator("token_bucket")
+    @classmethod
+    def _rate_from_config(cls, value: TokenBucket | None) -> TokenBucket | None:
+        if value is not None and value.rate_from != "config":
+            raise ValueError("rate_from: metrics is for a channel's token_bucket (its replicas report throughput)")
+        return value
 
 
 RequestExtra = Literal["cache_salt", "priority"]
@@ -53,6 +81,9 @@ class Channel(BaseModel):
     # charged what was generated; false for upstreams that cannot stream
     stream_upstream: bool = True
     cost_per_hour: float = Field(default=0.0, ge=0)  # running cost of this channel's replicas, for unit costs
+    # the cluster layer: tokens/s into this channel and requests in it, counted across every gateway replica
+    token_bucket: TokenBucket | None = None
+    global_max_concurrency: int | None = Field(default=None, ge=1)
 
     @field_validator("models", mode="before")
     @classmethod
@@ -133,6 +164,18 @@ class ModelPrice(BaseModel):
     output: float = Field(ge=0)
 
 
+class IpRateLimit(BaseModel):
+    """Requests per minute per client address block, counted before authentication."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rpm: int = Field(ge=1)
+    per_cidr_v4: int = Field(default=32, ge=1, le=32)  # prefix length: 32 is one address, 24 a /24 block
+    per_cidr_v6: int = Field(default=64, ge=1, le=128)
+    # proxies whose X-Forwarded-For is believed (addresses or CIDR blocks)
+    trusted_proxies: list[IPvAnyNetwork] = Field(default_factory=list)
+
+
 def _default_classes() -> dict[str, PriorityClass]:
     return {
         "realtime": PriorityClass(max_concurrency=64, queue_size=256, queue_timeout=3.0, upstream_priority=0),
@@ -171,6 +214,8 @@ class GatewaySettings(StoreSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")  # ISO 4217 code of every price and budget
     prices: dict[str, ModelPrice] = Field(default_factory=dict)  # seed prices per public model name
+    models_limits: dict[str, ModelLimits] = Field(default_factory=dict)  # per public model name
+    ip_rate_limit: IpRateLimit | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> GatewaySettings:

@@ -16,6 +16,7 @@ from gateway.admin_money_cli import MONEY_RESOURCES, add_money_arguments, money_
 from tidegate.url_credentials import redact_url
 
 QUOTA_FLAGS = ("rpm", "tpm", "max_concurrency", "tokens_per_day", "tokens_per_month")
+BUCKET_FLAGS = ("request_bucket", "token_bucket")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,6 +82,9 @@ def _named(parser: argparse.ArgumentParser, *names: str) -> argparse.ArgumentPar
 def _quota_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     for name in QUOTA_FLAGS:
         parser.add_argument("--" + name.replace("_", "-"), type=int, dest=name)
+    for name in BUCKET_FLAGS:
+        parser.add_argument("--" + name.replace("_", "-"), type=_bucket, dest=name, metavar="RATE:BURST",
+                            help="a token bucket: RATE per second, BURST at once")
     parser.add_argument("--budget-amount", help="spend limit in currency units (with --budget-window)")
     parser.add_argument("--budget-window", default="month", help="day, week, month, rolling_days:N or total")
     return parser
@@ -90,6 +94,16 @@ def _account_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--timezone", help="IANA name; where the account's budget days, weeks and months begin")
     parser.add_argument("--price-multiplier", type=float, help="factor on every price (0.8: a 20%% discount)")
     return parser
+
+
+def _bucket(text: str) -> dict[str, float | int]:
+    rate, sep, burst = text.partition(":")
+    try:
+        if sep:
+            return {"rate": float(rate) if "." in rate else int(rate), "burst": int(burst)}
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected RATE:BURST, such as 2:10, not {text!r}")
 
 
 def _key_fields(parser: argparse.ArgumentParser) -> None:
@@ -103,7 +117,7 @@ def _key_fields(parser: argparse.ArgumentParser) -> None:
 def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None, dict[str, str]]:
     """(method, path, JSON body, query) for the parsed command."""
     resource, action = args.resource, getattr(args, "action", None)
-    quota: dict[str, Any] = {name: getattr(args, name) for name in QUOTA_FLAGS
+    quota: dict[str, Any] = {name: getattr(args, name) for name in (*QUOTA_FLAGS, *BUCKET_FLAGS)
                              if getattr(args, name, None) is not None}
     if getattr(args, "budget_amount", None) is not None:
         quota["budget"] = {"amount": args.budget_amount, "window": args.budget_window}

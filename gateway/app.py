@@ -22,9 +22,12 @@ from gateway.admin_api import AdminApi
 from gateway.admin_money import seed_prices
 from gateway.auth import check_token
 from gateway.breaker_sync import BreakerSync
+from gateway.channel_limits import ChannelLimits
+from gateway.channel_throughput import ThroughputWatch
 from gateway.channels import ChannelState, HealthChecker
 from gateway.console import console_routes
 from gateway.errors import ApiError
+from gateway.ip_limit import IpRateLimitMiddleware
 from gateway.metrics import GatewayMetrics
 from gateway.priority import PriorityPools
 from gateway.proxy import Proxy
@@ -32,6 +35,7 @@ from gateway.router import Router
 from gateway.tracing import setup_tracing
 from gateway.upstream import UpstreamClient
 from gateway.worker_settings import read_worker_settings
+from limiter import MemoryCapacity, RedisCapacity
 from quota import QuotaService, open_store
 from tidegate import openapi
 from tidegate.connection_guard import ConnectionGuard, ConnectionLimits
@@ -53,7 +57,13 @@ class Gateway:
         self.router = Router(channels)
         self.pools = PriorityPools(settings.priority_classes, settings.default_priority_class)
         self.metrics = GatewayMetrics(self.router, self.pools, quota, connections, settings.metrics_per_account)
-        upstream = UpstreamClient(self.router, settings.retries, self.session)
+        self.redis = redis.from_url(settings.redis_url, socket_timeout=settings.redis_timeout) \
+            if settings.redis_url else None
+        capacity = MemoryCapacity() if self.redis is None else RedisCapacity(self.redis, settings.gateway_replicas)
+        self.throughput = ThroughputWatch(self.router, self.http, settings.health_check_interval,
+                                          settings.health_check_timeout)
+        limits = ChannelLimits(settings, capacity, self.throughput)
+        upstream = UpstreamClient(self.router, settings.retries, self.session, limits=limits)
         self.tracing = setup_tracing(settings.tracing)
         self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics, self.tracing)
         self.admin = AdminApi(quota, self.router, configured_admin_key(settings), frozenset(settings.priority_classes),
@@ -61,17 +71,18 @@ class Gateway:
         self.health = HealthChecker(channels, settings.health_check_interval, self.http,
                                     settings.health_check_timeout, settings.unhealthy_threshold)
         self.breaker_sync = None
-        if settings.redis_url:
-            client = redis.from_url(settings.redis_url, socket_timeout=settings.redis_timeout)
-            self.breaker_sync = BreakerSync(client, channels, settings.breaker.cooldown)
+        if self.redis is not None:
+            self.breaker_sync = BreakerSync(self.redis, channels, settings.breaker.cooldown)
 
     def start(self) -> None:
         self.health.start()
+        self.throughput.poller.start()  # polls only channels with rate_from: metrics (run-time ones too)
         if self.breaker_sync is not None:
             self.breaker_sync.start()
 
     async def close(self) -> None:
         await self.health.stop()
+        await self.throughput.poller.stop()
         if self.breaker_sync is not None:
             await self.breaker_sync.stop()
         await self.http.aclose()
@@ -115,6 +126,8 @@ def create_app(settings: GatewaySettings) -> Starlette:
     # read by the server's HTTP protocol (tidegate.connection_guard) for every connection it accepts
     guard = ConnectionGuard(ConnectionLimits(limits.header_timeout, limits.max_header_bytes, limits.max_connections))
     app.state.connection_guard = guard
+    if settings.ip_rate_limit is not None:  # before anything else, so that a flood never reaches auth
+        app.add_middleware(IpRateLimitMiddleware, settings=settings.ip_rate_limit)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:

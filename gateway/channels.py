@@ -36,6 +36,7 @@ class ChannelState:
     in_flight: int = 0
     healthy: bool = True
     failed_probes: int = 0
+    measured_rate: float | None = None  # tokens/s its replicas served (peak of the last minute), rate_from: metrics
     breakers: dict[str, CircuitBreaker] = field(default_factory=dict)
     stats: dict[str, ChannelStats] = field(default_factory=dict)
 
@@ -75,6 +76,9 @@ class ChannelState:
             "in_flight": self.in_flight,
             "priority": self.config.priority,
             "weight": self.config.weight,
+            "token_bucket": self.config.token_bucket.model_dump() if self.config.token_bucket else None,
+            "global_max_concurrency": self.config.global_max_concurrency,
+            "measured_tokens_per_second": self.measured_rate,
             "models": {
                 model: {
                     "upstream_model": upstream,

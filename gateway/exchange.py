@@ -12,8 +12,10 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 
+from gateway.channel_limits import CapacityHold
 from gateway.metrics import GatewayMetrics
 from gateway.priority import PriorityPool
 from gateway.relay import Usage
@@ -60,6 +62,8 @@ class Exchange:
         self._pool: PriorityPool | None = None
         self._sub_account_id: str | None = None
         self.upstream_started: float | None = None  # when the first upstream attempt began
+        self.estimated_tokens = 0  # the admission's reservation
+        self._capacity: tuple[CapacityHold, Callable[[CapacityHold, int], Awaitable[None]]] | None = None
         self._ended = False
 
     def identify(self, key: KeyInfo) -> None:
@@ -70,8 +74,15 @@ class Exchange:
     def hold(self, reservation: Reservation) -> None:
         """Keep the reservation's concurrency lease alive until `end`."""
         self._reservation = reservation
+        self.estimated_tokens = reservation.estimated_tokens
         if reservation.lease_levels:  # no concurrency limit anywhere: no lease to keep alive
             self._renewal = asyncio.create_task(self._renew(reservation))
+
+    def hold_capacity(self, hold: CapacityHold | None,
+                      release: Callable[[CapacityHold, int], Awaitable[None]]) -> None:
+        """Keep what the request took from the shared channel and model limits, corrected by usage at `end`."""
+        if hold is not None:
+            self._capacity = (hold, release)
 
     async def take_slot(self, pool: PriorityPool) -> None:
         queued = time.monotonic()
@@ -113,6 +124,12 @@ class Exchange:
                 self._metrics.settled(self._reservation.account_id, self._sub_account_id, used.prompt_tokens,
                                       used.completion_tokens)
                 self._metrics.spend.settled(self._reservation, used, self.record.channel)
+        if self._capacity is not None:
+            hold, release = self._capacity
+            try:
+                await release(hold, self.record.prompt_tokens + self.record.completion_tokens)
+            except Exception:  # the leases lapse by their TTL
+                log.exception("giving back capacity of request %s failed", self.record.request_id)
         self.trace.set_usage(self.record.prompt_tokens, self.record.completion_tokens)
         self.trace.end(status, None if outcome in ("ok", "refused") else outcome)
         now = time.monotonic()

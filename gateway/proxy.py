@@ -15,6 +15,7 @@ from config import GatewaySettings
 from gateway.admission import estimate_prompt_tokens, max_output_tokens, rate_headers, refusal
 from gateway.assembly import Assembly
 from gateway.auth import authenticate
+from gateway.channel_limits import CapacityAsk
 from gateway.errors import ApiError, forbidden, not_found
 from gateway.exchange import Exchange
 from gateway.metrics import GatewayMetrics
@@ -68,7 +69,10 @@ class Proxy:
             answer = await self.upstream.call(UpstreamRequest(call.model, "/chat/completions" if chat
                                                               else "/completions", call.body, call.stream,
                                                               deadline, request_id, trace,
-                                                              request_extras(key, pool)))
+                                                              request_extras(key, pool),
+                                                              CapacityAsk(call.model, exchange.estimated_tokens,
+                                                                          request_id, pool.settings.queue_timeout)))
+            exchange.hold_capacity(answer.capacity, self.upstream.release_capacity)
         except ApiError as error:
             await exchange.end(error.status, "refused" if error.status < 500 else "failed")
             return error.response(request_id)

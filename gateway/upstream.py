@@ -23,6 +23,7 @@ from typing import Any
 import aiohttp
 
 from config import Retries
+from gateway.channel_limits import CapacityAsk, CapacityHold, ChannelLimits
 from gateway.channels import ChannelState
 from gateway.errors import ApiError, gateway_timeout, retry_after_headers, unavailable
 from gateway.router import Router
@@ -60,6 +61,7 @@ class UpstreamRequest:
     request_id: str = ""
     trace: RequestTrace = NOOP_REQUEST
     extras: dict[str, Any] = field(default_factory=dict)  # set by the gateway; sent where a channel accepts them
+    capacity: CapacityAsk | None = None  # what to take from the channel's and model's shared limits
 
 
 @dataclass(slots=True)
@@ -75,6 +77,7 @@ class Answer:
     body: bytes = b""  # the whole body, when not streamed upstream or not 2xx
     first_events: list[bytes] = field(default_factory=list)  # events up to and including the first token
     events: AsyncIterator[bytes] | None = None  # the rest of the stream; None for a whole body
+    capacity: CapacityHold | None = None  # taken from shared limits; given back when the request ends
     _finished: bool = False
 
     async def finish(self, ok: bool | None) -> None:
@@ -101,8 +104,9 @@ class UpstreamClient:
     """Sends one request to the channels serving its model, retrying within the request's deadline."""
 
     def __init__(self, router: Router, retries: Retries, client: aiohttp.ClientSession,
-                 rng: random.Random | None = None):
+                 rng: random.Random | None = None, limits: ChannelLimits | None = None):
         self._router = router
+        self._limits = limits
         self._retries = retries
         self._client = client
         self._rng = rng or random.Random()
@@ -112,7 +116,7 @@ class UpstreamClient:
         barred: set[str] = set()  # channels that let a first token time out: a retry there would only pile on
         last: AttemptFailed | None = None
         for attempt in range(self._retries.max_attempts):
-            channel = self._router.pick(request.model, tried, barred)
+            channel, hold = await self._pick(request, tried, barred)
             if channel is None:
                 break
             headers: dict[str, str] = {}
@@ -121,8 +125,13 @@ class UpstreamClient:
                 try:
                     answer = await self._attempt(channel, request, attempt + 1, headers)
                     span.set_attribute("http.response.status_code", answer.status)
+                    answer.capacity = hold
                     return answer
-                except AttemptFailed as failure:
+                except BaseException as failure:
+                    if hold is not None:  # nothing was generated: every reserved token goes back
+                        await asyncio.shield(self.release_capacity(hold, 0))
+                    if not isinstance(failure, AttemptFailed):
+                        raise
                     span.set_attribute("error.type", failure.kind.value)
                     last = failure
                     tried.add(channel.name)
@@ -137,6 +146,16 @@ class UpstreamClient:
                 break
             await asyncio.sleep(wait)
         raise _final_error(request.model, last)
+
+    async def _pick(self, request: UpstreamRequest, tried: set[str],
+                    barred: set[str]) -> tuple[ChannelState | None, CapacityHold | None]:
+        if self._limits is None or request.capacity is None:
+            return self._router.pick(request.model, tried, barred), None
+        return await self._limits.pick(self._router, request.capacity, tried, barred)
+
+    async def release_capacity(self, hold: CapacityHold, used_tokens: int) -> None:
+        if self._limits is not None:
+            await self._limits.release(hold, used_tokens)
 
     def _has_other(self, model: str, tried: set[str]) -> bool:
         return any(c.name not in tried and model in c.config.models and c.healthy for c in self._router.channels)

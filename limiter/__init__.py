@@ -1,16 +1,20 @@
-"""Rate-limit algorithms (token bucket, sliding and fixed windows, concurrency leases), in memory and in Redis."""
+"""The rate-limit algorithms admission uses (token bucket, sliding and fixed windows, concurrency leases), each
+in memory (Python) and as a Lua library that the Redis scripts include."""
 
+from limiter.capacity import CapacityLimit, CapacityTake, MemoryCapacity, RedisCapacity, SharedCapacity
 from limiter.leases import LeaseSet
 from limiter.lua import compose, libraries
-from limiter.redis_limiter import RedisLimiter
-from limiter.token_bucket import BucketTake, TokenBucket
+from limiter.token_bucket import TokenBucket
 from limiter.windows import FixedWindow, SlidingWindow, WindowCheck
 
 __all__ = [
-    "BucketTake",
+    "CapacityLimit",
+    "CapacityTake",
     "FixedWindow",
     "LeaseSet",
-    "RedisLimiter",
+    "MemoryCapacity",
+    "RedisCapacity",
+    "SharedCapacity",
     "SlidingWindow",
     "TokenBucket",
     "WindowCheck",

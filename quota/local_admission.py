@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from limiter import FixedWindow, LeaseSet, SlidingWindow
+from limiter import FixedWindow, LeaseSet, SlidingWindow, TokenBucket
 from quota.budget import MoneyCounters
 from quota.calendar import day_index, month_index, month_start
 from quota.money import Quote
-from quota.records import Admission, Level, LimitName, Quota, RateInfo, Reservation
+from quota.records import Admission, Bucket, Level, LimitName, Quota, RateInfo, Reservation
 
 # (level, id, "day" | "month", period index) -> tokens already used in that period.
 BudgetSeed = Callable[[Level, str, str, int], int]
@@ -50,6 +50,19 @@ class LevelCounters:
     day: FixedWindow = field(default_factory=FixedWindow)
     month: FixedWindow = field(default_factory=FixedWindow)
     leases: LeaseSet = field(default_factory=LeaseSet)
+    buckets: dict[LimitName, TokenBucket] = field(default_factory=dict)
+
+    def bucket(self, name: LimitName, settings: Bucket) -> TokenBucket:
+        found = self.buckets.get(name)
+        if found is None:
+            found = self.buckets[name] = TokenBucket(settings.rate, settings.burst)
+        return found.tune(settings.rate, settings.burst)
+
+
+def _bucket_costs(quota: Quota, est: int) -> list[tuple[LimitName, Bucket, int]]:
+    """The token buckets a level has, with what this admission takes from each."""
+    costs = [(LimitName.request_bucket, quota.request_bucket, 1), (LimitName.token_bucket, quota.token_bucket, est)]
+    return [(name, bucket, cost) for name, bucket, cost in costs if bucket is not None]
 
 
 @dataclass(slots=True)
@@ -110,6 +123,10 @@ class LocalAdmission:
                     wait = tokens.see(counters.tokens, now, est, q.tpm)
                     if wait is not None and refusal is None:
                         refusal = (charge.level, LimitName.tpm, wait)
+                for name, settings, cost in _bucket_costs(q, est):
+                    wait = counters.bucket(name, settings).wait(now, cost)
+                    if wait > 0 and refusal is None:
+                        refusal = (charge.level, name, wait)
                 if refusal is not None:
                     continue
                 if q.max_concurrency is not None and counters.leases.live(now) >= q.max_concurrency:
@@ -167,7 +184,10 @@ class LocalAdmission:
                 lease_levels.append(charge.level)
             counters.day.count += est
             counters.month.count += est
+            for name, settings, cost in _bucket_costs(q, est):
+                counters.bucket(name, settings).take(now, cost)
         reservation.tpm_levels, reservation.lease_levels = tuple(tpm_levels), tuple(lease_levels)
+        reservation.bucket_levels = tuple(c.level for c in charges if c.quota.token_bucket is not None)
         self._open[reservation.id] = reservation
         self._admitted += 1
         if self._admitted % PRUNE_EVERY == 0:
@@ -206,6 +226,7 @@ class LocalAdmission:
                     self._open[reservation.id] = reservation
                     raise
             delta = total_tokens - reservation.estimated_tokens
+            now = self._clock()
             for level, level_id in reservation.levels():
                 counters = self._levels.get((level, level_id))
                 if counters is None:
@@ -215,6 +236,9 @@ class LocalAdmission:
                 counters.day.adjust(reservation.day, delta)
                 counters.month.adjust(reservation.month, delta)
                 counters.leases.release(reservation.id)
+                bucket = counters.buckets.get(LimitName.token_bucket)
+                if bucket is not None and level in reservation.bucket_levels:
+                    bucket.adjust(now, -delta)
             for (level, level_id), spent in zip(reservation.levels(), reservation.budget_fields, strict=False):
                 self.money.settle(level, level_id, spent, cost - reservation.cost,
                                   reservation.balance and level is Level.account)

@@ -26,9 +26,42 @@ class LimitName(StrEnum):
     tokens_per_month = "tokens_per_month"
     budget = "budget"
     balance = "balance"
+    request_bucket = "request_bucket"
+    token_bucket = "token_bucket"
 
 
 QUOTA_FIELDS = ("rpm", "tpm", "max_concurrency", "tokens_per_day", "tokens_per_month")
+BUCKET_FIELDS = ("request_bucket", "token_bucket")
+
+
+@dataclass(slots=True, frozen=True)
+class Bucket:
+    """A token bucket's settings: `burst` units of capacity refilled at `rate` units per second."""
+
+    rate: float
+    burst: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rate, bool) or not isinstance(self.rate, int | float) or not 0 < self.rate < 1e12:
+            raise InvalidRequest(f"bucket rate must be a positive number, not {self.rate!r}")
+        if isinstance(self.burst, bool) or not isinstance(self.burst, int) or not 0 < self.burst < 2**53:
+            raise InvalidRequest(f"bucket burst must be a positive integer, not {self.burst!r}")
+
+    @classmethod
+    def from_dict(cls, name: str, data: Any) -> Bucket | None:
+        if data is None or isinstance(data, Bucket):
+            return data
+        if not isinstance(data, dict) or set(data) != {"rate", "burst"}:
+            raise InvalidRequest(f"quota.{name} must be an object {{rate, burst}} or null, not {data!r}")
+        try:
+            return cls(data["rate"], data["burst"])
+        except InvalidRequest as error:
+            raise InvalidRequest(f"quota.{name}: {error}") from None
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"rate": self.rate, "burst": self.burst}
+
+
 @dataclass(slots=True, frozen=True)
 class Quota:
     """Limits of one level; None means unlimited."""
@@ -38,6 +71,8 @@ class Quota:
     max_concurrency: int | None = None
     tokens_per_day: int | None = None
     tokens_per_month: int | None = None
+    request_bucket: Bucket | None = None  # requests per second, with a burst
+    token_bucket: Bucket | None = None  # tokens per second, with a burst
     budget: Budget | None = None
 
     def __post_init__(self) -> None:
@@ -45,6 +80,9 @@ class Quota:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise InvalidRequest(f"quota.{name} must be a non-negative integer or null, not {value!r}")
+        for name in BUCKET_FIELDS:
+            if not isinstance(getattr(self, name), Bucket | None):
+                raise InvalidRequest(f"quota.{name} must be an object {{rate, burst}} or null")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Quota:
@@ -52,13 +90,18 @@ class Quota:
             return cls()
         if not isinstance(data, dict):
             raise InvalidRequest(f"quota must be an object, not {type(data).__name__}")
-        unknown = set(data) - set(QUOTA_FIELDS) - {"budget"}
+        unknown = set(data) - set(QUOTA_FIELDS) - set(BUCKET_FIELDS) - {"budget"}
         if unknown:
             raise InvalidRequest(f"unknown quota fields: {', '.join(sorted(unknown))}")
-        return cls(**{**data, "budget": Budget.from_dict(data.get("budget"))})
+        buckets = {name: Bucket.from_dict(name, data[name]) for name in BUCKET_FIELDS if name in data}
+        return cls(**{**data, **buckets, "budget": Budget.from_dict(data.get("budget"))})
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {name: getattr(self, name) for name in QUOTA_FIELDS if getattr(self, name) is not None}
+        for name in BUCKET_FIELDS:
+            bucket = getattr(self, name)
+            if bucket is not None:
+                out[name] = bucket.to_dict()
         if self.budget is not None:
             out["budget"] = self.budget.to_dict()
         return out
@@ -175,6 +218,7 @@ class Reservation:
     tpm_levels: tuple[Level, ...] = ()  # levels whose token window holds the estimate
     lease_levels: tuple[Level, ...] = ()  # levels holding a concurrency lease
     budget_levels: tuple[Level, ...] = ()  # levels whose day and month budgets count the estimate
+    bucket_levels: tuple[Level, ...] = ()  # levels whose token bucket holds the estimate
     local: bool = False  # admitted by the in-process fallback while Redis was down
     # money: the maximum cost reserved (micro-units), the model's prices in force at admission, the account's
     # multiplier (parts per million), each level's charged budget field ('' when none) and the balance flag

@@ -250,8 +250,9 @@ def _ledger_rows(start: datetime, account_id: str, fields: dict[str, str]) -> li
 def _write_quota(pipe: Pipeline, state_key: str, quota: Quota) -> None:
     """The admit script reads limits from the level's state hash (an absent field is unlimited); the same
     hash holds the budget counters, so only the quota fields are replaced."""
-    pipe.hdel(state_key, *QUOTA_FIELDS, "budget")
-    limits: dict[Any, Any] = {name: value for name, value in quota.to_dict().items() if name in QUOTA_FIELDS}
+    pipe.hdel(state_key, *QUOTA_FIELDS, *rk.BUCKET_SETTINGS, "budget")
+    limits: dict[Any, Any] = {n: v for n, v in quota.to_dict().items() if n in QUOTA_FIELDS}
+    limits.update(rk.bucket_settings(quota.request_bucket, quota.token_bucket))
     if quota.budget is not None:
         limits["budget"] = quota.budget.spec()
     if limits:

@@ -3,7 +3,7 @@ admission or settlement script touches one Cluster slot; tenancy records are sin
 
 from __future__ import annotations
 
-from quota.records import Level
+from quota.records import Bucket, Level
 
 SHORT = {Level.key: "k", Level.sub_account: "s", Level.account: "a"}
 
@@ -17,6 +17,18 @@ def level_keys(account_id: str, level: Level, level_id: str) -> list[str]:
     windows) and a lease set."""
     base = f"{tag(account_id)}:{SHORT[level]}:{level_id}"
     return [f"{base}:state", f"{base}:leases"]
+
+
+BUCKET_SETTINGS = ("rbr", "rbb", "tbr", "tbb")  # rate and burst of the request and token buckets
+
+
+def bucket_settings(request: Bucket | None, tokens: Bucket | None) -> dict[str, float | int]:
+    """The state hash's fields (limiter/token_bucket.lua) for the buckets that are set."""
+    fields: dict[str, float | int] = {}
+    for tag, bucket in (("rb", request), ("tb", tokens)):
+        if bucket is not None:
+            fields[f"{tag}r"], fields[f"{tag}b"] = bucket.rate, bucket.burst
+    return fields
 
 
 def settled_key(account_id: str, reservation_id: str) -> str:

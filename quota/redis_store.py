@@ -33,6 +33,7 @@ from quota.records import (
     QUOTA_FIELDS,
     Admission,
     ApiKey,
+    Bucket,
     KeyInfo,
     Level,
     LimitName,
@@ -48,7 +49,7 @@ from quota.service import QuotaService, StoreUnavailable, check_counts
 
 REDIS_DOWN = (RedisError, OSError, asyncio.TimeoutError)
 LIMIT_CODES = [LimitName.rpm, LimitName.tpm, LimitName.concurrency, LimitName.tokens_per_day,
-               LimitName.tokens_per_month]
+               LimitName.tokens_per_month, LimitName.request_bucket, LimitName.token_bucket]
 POOL_SIZE = 16
 POOL_WAIT = 5.0  # waiting for a free connection is queueing, not an outage
 MAX_PENDING = 1_000_000  # settlements waiting for Redis; beyond this the oldest are dropped
@@ -191,7 +192,7 @@ class RedisQuotaService(QuotaService):
     def _answer(self, plan: _KeyPlan, key: KeyInfo, reply: list[Any], member: str, model: str,
                 estimated_tokens: int, request_id: str, quote: Quote) -> Admission:
         admitted, level, code, wait_ms, sec, day, month = reply[:7]
-        money_at = 13 + 5 * len(plan.levels)
+        money_at = 13 + 9 * len(plan.levels)  # after five quotas and four bucket settings per level
         money = reply[money_at:money_at + 2 * len(plan.levels)]
         charges = _charges(plan, reply[13:money_at], money[0::2])
         plan.balance = reply[money_at + 2 * len(plan.levels)] == "1"
@@ -209,6 +210,7 @@ class RedisQuotaService(QuotaService):
                                 if c.quota.tokens_per_day is not None or c.quota.tokens_per_month is not None),
             cost=quote.cost, prices=quote.prices, multiplier=quote.multiplier,
             budget_fields=tuple(str(f) for f in money[1::2]), balance=plan.balance,
+            bucket_levels=tuple(c.level for c in charges if c.quota.token_bucket is not None),
         )
         return Admission(True, reservation, rate=rate)
 
@@ -257,7 +259,7 @@ class RedisQuotaService(QuotaService):
             # Redis's counters never held this estimate: replay only the ledger and the budgets.
             budgets = tuple(level for level, _ in reservation.levels())
             plan = self._plans.get(reservation.key_id)  # a fail-open balance still pays for what was served
-            reservation = replace(reservation, estimated_tokens=0, tpm_levels=(), lease_levels=(),
+            reservation = replace(reservation, estimated_tokens=0, tpm_levels=(), lease_levels=(), bucket_levels=(),
                                   budget_levels=budgets, cost=0, balance=plan is not None and plan.balance)
         work = _Settlement(reservation, prompt_tokens, completion_tokens,
                            Spend(min(cached_tokens, prompt_tokens), cost, channel or ""), outcome)
@@ -290,6 +292,7 @@ class RedisQuotaService(QuotaService):
                          int(level in res.budget_levels)))
         fields = res.budget_fields or ("-",) * len(res.levels())
         args.extend((work.spend.cost, res.cost, work.spend.cached_tokens, int(res.balance), *fields))
+        args.append("".join("1" if level in res.bucket_levels else "0" for level, _ in res.levels()))
         settled = self._batch.call(self._settle, keys, args)
         audit = self._audit.write(res, work.prompt_tokens, work.completion_tokens, work.spend, work.outcome)
         await (settled if audit is None else asyncio.gather(settled, audit))
@@ -332,8 +335,20 @@ def _charges(plan: _KeyPlan, raw: list[str], budgets: list[str]) -> list[Charge]
     """The quotas the script read ('-' is unlimited), kept for the fallback; rebuilt only when they change."""
     if plan.raw_quotas != raw + budgets or plan.charges is None:
         plan.raw_quotas = raw + budgets
-        values = [None if v == "-" else int(v) for v in raw]
-        plan.charges = [Charge(level, level_id, Quota(**dict(zip(QUOTA_FIELDS, values[i * 5:i * 5 + 5], strict=True)),
-                                                      budget=None if budgets[i] == "-" else Budget.of_spec(budgets[i])))
+        count = len(plan.levels)
+        values = [None if v == "-" else int(v) for v in raw[:count * 5]]
+        buckets = [None if v == "-" else float(v) for v in raw[count * 5:count * 9]]
+        plan.charges = [Charge(level, level_id, _quota(values[i * 5:i * 5 + 5], buckets[i * 4:i * 4 + 4],
+                                                       None if budgets[i] == "-" else Budget.of_spec(budgets[i])))
                         for i, (level, level_id) in enumerate(plan.levels)]
     return plan.charges
+
+
+def _quota(limits: list[int | None], buckets: list[float | None], budget: Budget | None) -> Quota:
+    """A level's quota from the script's five limits, its buckets' (rate, burst) pairs and its budget."""
+    request_rate, request_burst, token_rate, token_burst = buckets
+    return replace(
+        Quota(), **dict(zip(QUOTA_FIELDS, limits, strict=True)), budget=budget,
+        request_bucket=None if request_rate is None or request_burst is None else Bucket(request_rate,
+                                                                                          int(request_burst)),
+        token_bucket=None if token_rate is None or token_burst is None else Bucket(token_rate, int(token_burst)))

@@ -3,13 +3,15 @@
 --   state hash (budgets and windows), lease set.
 -- ARGV: lease member, second, day, month, estimate, prompt tokens, completion tokens, ledger field,
 --   then three per level: '1' when its token window holds the estimate, '1' when it holds a lease,
---   '1' when its budgets count tokens.
+--   '1' when its budgets count tokens; last, one character per level, '1' when its token bucket holds
+--   the estimate.
 -- Reply: 1 when settled now, 0 when it was settled before.
 if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', 172800) then return 0 end
 local member, slot, day, month = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local prompt, completion = tonumber(ARGV[6]), tonumber(ARGV[7])
 local delta = prompt + completion - tonumber(ARGV[5])
-local sec = server_time()
+local sec, now_ms = server_time()
+local bucket_flags = ARGV[#ARGV]
 for i = 1, (#KEYS - 5) / 2 do
   local base, flags = 5 + (i - 1) * 2, 8 + (i - 1) * 3
   if ARGV[flags + 1] == '1' then sw_adjust(KEYS[base + 1], 't', slot, delta, sec, 60) end
@@ -18,6 +20,7 @@ for i = 1, (#KEYS - 5) / 2 do
     fw_add(KEYS[base + 1], 'd' .. day, delta, 'd' .. (day - 3))
     fw_add(KEYS[base + 1], 'm' .. month, delta, 'm' .. (month - 3))
   end
+  if bucket_flags:sub(i, i) == '1' then tb_adjust(KEYS[base + 1], 'tb', -delta, now_ms) end
 end
 local field = ARGV[8]
 for k = 2, 3 do

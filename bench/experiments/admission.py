@@ -1,7 +1,8 @@
 """Admissions per second from one gateway process: on the embedded store, and on Redis with one round trip each.
 
 Each admission checks and reserves RPM, TPM and a concurrency lease on the key and RPM and TPM on its account,
-as a gateway request does; `--concurrency` tasks admit in a closed loop. Besides wall-clock throughput it
+as a gateway request does; the "buckets on" runs add a request bucket and a token bucket on both levels.
+`--concurrency` tasks admit in a closed loop. Besides wall-clock throughput it
 reports the client's CPU time per admission and, for Redis, the server's CPU time and the number of Redis
 commands per admission (from INFO), next to a baseline measured in the same run: an empty async call
 in-process, and a one-line Lua script through the same batched connection against Redis.
@@ -31,6 +32,7 @@ from quota import KeyInfo, QuotaService, open_store
 from quota.script_batch import ScriptBatcher
 
 BIG = 10**12  # limits that are checked and charged on every admission but never reached
+BUCKETS = {"request_bucket": {"rate": 10**9, "burst": BIG}, "token_bucket": {"rate": 10**9, "burst": BIG}}
 
 
 @dataclass(slots=True)
@@ -63,18 +65,20 @@ async def closed_loop(call: Callable[[int], Awaitable[object]], total: int, conc
                    latencies[int(len(latencies) * 0.99)] * 1e3)
 
 
-async def tenant(service: QuotaService) -> KeyInfo:
-    account = await service.admin.create_account("bench", {"rpm": BIG, "tpm": BIG})
+async def tenant(service: QuotaService, buckets: bool) -> KeyInfo:
+    extra = BUCKETS if buckets else {}
+    account = await service.admin.create_account("bench", {"rpm": BIG, "tpm": BIG, **extra})
     created = await service.admin.create_key(account_id=account.id,
-                                             quota={"rpm": BIG, "tpm": BIG, "max_concurrency": BIG})
+                                             quota={"rpm": BIG, "tpm": BIG, "max_concurrency": BIG, **extra})
     auth = await service.authenticate(created.secret)
     assert auth.key is not None
     return auth.key
 
 
-async def admissions(settings: StoreSettings, total: int, concurrency: int, name: str) -> Figures:
+async def admissions(settings: StoreSettings, total: int, concurrency: int, name: str,
+                     buckets: bool = False) -> Figures:
     service = await open_store(settings)
-    key = await tenant(service)
+    key = await tenant(service, buckets)
 
     async def admit(n: int) -> None:
         answer = await service.admit(key, model="m", estimated_tokens=100, request_id=f"r{n}")
@@ -97,9 +101,12 @@ async def in_process(total: int, concurrency: int) -> list[Figures]:
         return None
 
     baseline = await closed_loop(nothing, total, concurrency, "baseline: empty async call")
-    with tempfile.TemporaryDirectory() as data:
-        measured = await admissions(StoreSettings(data_dir=Path(data)), total, concurrency, "embedded store")
-    return [baseline, measured]
+    measured = []
+    for buckets in (False, True):
+        with tempfile.TemporaryDirectory() as data:
+            measured.append(await admissions(StoreSettings(data_dir=Path(data)), total, concurrency,
+                                             "embedded store" + (", buckets on" if buckets else ""), buckets))
+    return [baseline, *measured]
 
 
 def _server_cpu(client: redis.Redis) -> float:
@@ -133,7 +140,8 @@ def against_redis(url: str, total: int, concurrency: int) -> list[Figures]:
 
     with tempfile.TemporaryDirectory() as data:
         settings = StoreSettings(redis_url=url, data_dir=Path(data))
-        return [asyncio.run(trivial_script()), asyncio.run(admissions(settings, total, concurrency, "Redis store"))]
+        return [asyncio.run(trivial_script()), asyncio.run(admissions(settings, total, concurrency, "Redis store")),
+                asyncio.run(admissions(settings, total, concurrency, "Redis store, buckets on", buckets=True))]
 
 
 @contextmanager

@@ -99,8 +99,8 @@ async def test_the_admin_cli_drives_the_admin_api(upstreams: Start, gateway_for:
         assert done.returncode == 0, done.stderr + done.stdout
         return dict(json.loads(done.stdout))
 
-    account = await cli("accounts", "create", "acme", "--rpm", "10")
-    assert account["quota"] == {"rpm": 10}
+    account = await cli("accounts", "create", "acme", "--rpm", "10", "--token-bucket", "2.5:400")
+    assert account["quota"] == {"rpm": 10, "token_bucket": {"rate": 2.5, "burst": 400}}
     key = await cli("keys", "create", "--account-id", str(account["id"]), "--models", "smollm2", "--tpm", "500")
     assert str(key["key"]).startswith("tg-") and key["models"] == ["smollm2"]
     await gateway.client(str(key["key"])).completions.create(model="smollm2", prompt="x", max_tokens=2)

@@ -72,6 +72,12 @@ async def test_bad_key_forbidden_model_unknown_model_and_rate_limit_raise_the_sd
     headers = limited_error.value.response.headers
     assert float(headers["retry-after"]) >= 1 and headers["x-ratelimit-limit-requests"] == "1"
     assert headers["x-ratelimit-remaining-requests"] == "0" and "x-request-id" in headers
+    _, bursty = await gateway.key(quota={"request_bucket": {"rate": 0.5, "burst": 1}})
+    await gateway.client(bursty).chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=1)  # type: ignore[arg-type]
+    with pytest.raises(openai.RateLimitError) as bucket_error:
+        await gateway.client(bursty).chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=1)  # type: ignore[arg-type]
+    assert bucket_error.value.code == "rate_limit_exceeded" and "key's request_bucket" in bucket_error.value.message
+    assert 1 <= float(bucket_error.value.response.headers["retry-after"]) <= 2
 
 
 async def test_malformed_bodies_get_openai_shaped_400s_and_413(upstreams: Start, gateway_for: StartGateway) -> None:

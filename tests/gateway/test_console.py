@@ -111,8 +111,10 @@ def test_operator_creates_a_key_sees_its_usage_and_revokes_it(stack: LiveStack, 
     key_row.locator("button.edit-quota").click()
     page.fill("#quota-form input[name=rpm]", "100")
     page.fill("#quota-form input[name=tpm]", "50000")
+    page.fill("#quota-form input[name=request_bucket_rate]", "5")
+    page.fill("#quota-form input[name=request_bucket_burst]", "20")
     page.click("#quota-save")
-    expect(key_row.locator("td").nth(4)).to_have_text("rpm 100 · tpm 50000")
+    expect(key_row.locator("td").nth(4)).to_have_text("rpm 100 · tpm 50000 · request_bucket 5/s burst 20")
     steps.shot("quota-set")
 
     completions = [chat(stack, secret) for _ in range(3)]

@@ -53,6 +53,8 @@ class MockUpstream:
     attempts: int = 0
     completed: int = 0
     abandoned: int = 0  # streams whose client went away before they ended
+    prompt_served: int = 0  # token counters its /metrics shows
+    generated: int = 0
     seen_bodies: list[dict[str, Any]] = field(default_factory=list)
     _server: uvicorn.Server | None = None
     _task: asyncio.Task[None] | None = None
@@ -66,6 +68,7 @@ class MockUpstream:
             Route("/v1/chat/completions", self._complete, methods=["POST"]),
             Route("/v1/completions", self._complete, methods=["POST"]),
             Route("/health", self._health),
+            Route("/metrics", self._metrics),
         ])
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
                                 timeout_graceful_shutdown=0.2, lifespan="off")
@@ -84,6 +87,12 @@ class MockUpstream:
     async def _health(self, request: Request) -> Response:
         self.health_checks += 1
         return JSONResponse({"status": "ok" if self.healthy else "down"}, status_code=200 if self.healthy else 503)
+
+    async def _metrics(self, request: Request) -> Response:
+        """The backend's token counters, counting what this upstream answered."""
+        return Response(f'tidegate_backend_prompt_tokens_total{{model_name="m"}} {self.prompt_served}\n'
+                        f'tidegate_backend_generation_tokens_total{{model_name="m"}} {self.generated}\n',
+                        media_type="text/plain")
 
     async def _complete(self, request: Request) -> Response:
         self.attempts += 1
@@ -112,6 +121,7 @@ class MockUpstream:
         chat = request.url.path.endswith("/chat/completions")
         n = int(body.get("max_tokens") or 5)
         prompt_tokens = len(json.dumps(body.get("messages") or body.get("prompt"))) // 4
+        self.prompt_served, self.generated = self.prompt_served + prompt_tokens, self.generated + n
         if body.get("stream") and self.fault is not Fault.never_streams:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             include_usage = include_usage and self.fault is not Fault.no_usage

@@ -1,6 +1,8 @@
 // DOM building and formatting shared by every part of the page.
 
 export const QUOTA_FIELDS = ["rpm", "tpm", "max_concurrency", "tokens_per_day", "tokens_per_month"];
+// Token buckets: {rate, burst} objects, edited as two inputs each (`<field>_rate`, `<field>_burst`).
+export const BUCKET_FIELDS = ["request_bucket", "token_bucket"];
 
 export const $ = (selector) => document.querySelector(selector);
 
@@ -37,7 +39,11 @@ export function showError(where, error) {
 
 export function formatQuota(quota) {
   const set = QUOTA_FIELDS.filter((f) => quota?.[f] !== undefined && quota?.[f] !== null);
-  return set.length ? set.map((f) => `${f} ${quota[f]}`).join(" · ") : "unlimited";
+  const parts = set.map((f) => `${f} ${quota[f]}`);
+  for (const f of BUCKET_FIELDS) {
+    if (quota?.[f]) parts.push(`${f} ${quota[f].rate}/s burst ${quota[f].burst}`);
+  }
+  return parts.length ? parts.join(" · ") : "unlimited";
 }
 
 export function formatNumber(value) {

@@ -1,6 +1,6 @@
 // Accounts, sub-accounts and keys: list, create, revoke, and the quota dialog for every level.
 import { act, api, isTenantAdmin, listOf, query, state } from "./api.js";
-import { $, QUOTA_FIELDS, el, fillRows, formatQuota } from "./dom.js";
+import { $, BUCKET_FIELDS, QUOTA_FIELDS, el, fillRows, formatQuota } from "./dom.js";
 
 export async function refreshAccounts() {
   state.accounts = listOf(await api("GET", "/admin/accounts"));
@@ -122,11 +122,19 @@ function editQuota(kind, entity) {
   const form = $("#quota-form");
   $("#quota-target").textContent = entity.name ?? entity.id;
   for (const field of QUOTA_FIELDS) form[field].value = entity.quota?.[field] ?? "";
+  for (const field of BUCKET_FIELDS) {
+    form[`${field}_rate`].value = entity.quota?.[field]?.rate ?? "";
+    form[`${field}_burst`].value = entity.quota?.[field]?.burst ?? "";
+  }
   dialog.onclose = () => {
     if (dialog.returnValue !== "save") return;
     const quota = {};
     for (const field of QUOTA_FIELDS) {
       if (form[field].value !== "") quota[field] = Number(form[field].value);
+    }
+    for (const field of BUCKET_FIELDS) {
+      const rate = form[`${field}_rate`].value, burst = form[`${field}_burst`].value;
+      if (rate !== "" || burst !== "") quota[field] = { rate: Number(rate), burst: Number(burst) };
     }
     act(async () => {
       await api("PATCH", `/admin/${kind}/${encodeURIComponent(entity.id)}`, { quota });
