@@ -13,6 +13,7 @@ from config.gateway import (
     Timeouts,
     Tracing,
 )
+from config.model_groups import ModelGroup, Target
 from config.settings import Settings, SettingsError, load_settings
 from config.stores import OnRedisDown, RedisDownPolicy, StoreSettings
 
@@ -23,6 +24,7 @@ __all__ = [
     "Channel",
     "EngineSettings",
     "GatewaySettings",
+    "ModelGroup",
     "OnRedisDown",
     "PriorityClass",
     "RedisDownPolicy",
@@ -32,6 +34,7 @@ __all__ = [
     "Settings",
     "SettingsError",
     "StoreSettings",
+    "Target",
     "Timeouts",
     "Tracing",
     "load_settings",

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from config.model_groups import ModelGroup, group_problem
 from config.stores import StoreSettings
 
 
@@ -158,6 +159,8 @@ class GatewaySettings(StoreSettings):
     metrics_token: str | None = Field(default=None, min_length=16)  # bearer token /metrics then requires
     metrics_per_account: bool = True  # token series per account and sub-account; off leaves one per kind
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # public model name -> its targets and fallbacks; a channel's `models` map is the group of names not listed here
+    model_groups: dict[str, ModelGroup] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> GatewaySettings:
@@ -170,6 +173,11 @@ class GatewaySettings(StoreSettings):
                 f"default_priority_class {self.default_priority_class!r} is not one of "
                 f"{sorted(self.priority_classes)}"
             )
+        implicit = {m for c in self.channels for m in c.models}
+        for name, group in self.model_groups.items():
+            problem = group_problem(name, group, self.model_groups, names, implicit)
+            if problem is not None:
+                raise ValueError(f"model_groups.{name}: {problem}")
         if self.workers > 1 and not self.redis_url:
             raise ValueError("workers > 1 needs redis_url: the embedded store lives in one process")
         return self

@@ -1,4 +1,4 @@
-"""The admin API under /admin: accounts, sub-accounts, keys, quotas, usage and channel status."""
+"""The admin API under /admin: accounts, sub-accounts, keys, quotas, usage; channels and model groups."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from gateway.admin_channels import channel_routes
 from gateway.auth import check_admin
+from gateway.channel_registry import ChannelRegistry
 from gateway.errors import ApiError, invalid_request, not_found
-from gateway.router import Router
 from quota import UNSET, InvalidRequest, NotFound, Quota, QuotaService
 from tidegate.request_body import decode_json, read_body
 
@@ -49,16 +50,17 @@ def to_json(value: Any) -> Any:
 class AdminApi:
     """Each route checks the admin key, calls quota's admin API and maps its errors to 400/404."""
 
-    def __init__(self, quota: QuotaService, router: Router, admin_key: str | None,
+    def __init__(self, quota: QuotaService, registry: ChannelRegistry, admin_key: str | None,
                  priority_classes: frozenset[str] = frozenset()):
         self._admin = quota.admin
-        self._router = router
+        self._registry = registry
         self._admin_key = admin_key
         self._classes = priority_classes
 
     def routes(self) -> list[Route]:
         r = self._wrap
         return [
+            *channel_routes(r, self._registry, _json_body),  # before the generic PATCH below
             Route("/admin/accounts", r(self.create_account), methods=["POST"]),
             Route("/admin/accounts", r(self.list_accounts), methods=["GET"]),
             Route("/admin/accounts/{id}", r(self.get_account), methods=["GET"]),
@@ -69,7 +71,6 @@ class AdminApi:
             Route("/admin/keys/{id}", r(self.revoke_key), methods=["DELETE"]),
             Route("/admin/{kind:str}/{id}", r(self.update), methods=["PATCH"]),
             Route("/admin/usage", r(self.usage), methods=["GET"]),
-            Route("/admin/channels", r(self.channels), methods=["GET"]),
         ]
 
     def _wrap(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -150,9 +151,6 @@ class AdminApi:
         _reject_unknown(dict(q), set(names))
         query: dict[str, Any] = {name: q[name] for name in names if name in q}  # times parsed by quota
         return await self._admin.usage(**query)
-
-    async def channels(self, request: Request) -> Any:
-        return {"data": [channel.status() for channel in self._router.channels]}
 
 
 async def _json_body(request: Request) -> dict[str, Any]:

@@ -35,6 +35,7 @@ class ChannelState:
     breaker_settings: BreakerSettings
     in_flight: int = 0
     healthy: bool = True
+    draining: bool = False  # takes no new requests; removed once those in flight are done
     failed_probes: int = 0
     breakers: dict[str, CircuitBreaker] = field(default_factory=dict)
     stats: dict[str, ChannelStats] = field(default_factory=dict)
@@ -72,6 +73,7 @@ class ChannelState:
             "name": self.name,
             "base_url": redact_url(self.config.base_url),
             "healthy": self.healthy,
+            "draining": self.draining,
             "in_flight": self.in_flight,
             "priority": self.config.priority,
             "weight": self.config.weight,
@@ -101,7 +103,8 @@ class HealthChecker:
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        if self._task is None and any(c.health_url() for c in self._channels):
+        # channels may be added at run time, so the loop runs even when none has a health path yet
+        if self._task is None:
             self._task = asyncio.create_task(self._loop(), name="channel-health")
 
     async def stop(self) -> None:
