@@ -1,0 +1,92 @@
+"""Channels changed at run time through the admin API: every replica follows within a second, draining drops
+nothing, and a channel's api_key never comes back out."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import httpx
+
+from tests.gateway.harness import GatewayHarness
+from tests.gateway.upstreams import MockUpstream
+from tests.servers import RedisServer
+from tests.waiting import wait_until_async
+
+Start = Callable[..., Awaitable[MockUpstream]]
+StartGateway = Callable[..., Awaitable[GatewayHarness]]
+HI = [{"role": "user", "content": "hi"}]
+CHANNEL_SECRET = "sk-channel-secret-4b9e1f7a2c6d8035"
+
+
+async def answers(gateway: GatewayHarness, secret: str, model: str) -> int:
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=10) as client:
+        response = await client.post("/v1/chat/completions", headers={"authorization": f"Bearer {secret}"},
+                                     json={"model": model, "messages": HI, "max_tokens": 2})
+    return response.status_code
+
+
+async def test_a_channel_added_on_one_replica_serves_on_both_within_a_second(
+        upstreams: Start, gateway_for: StartGateway, redis_server: RedisServer) -> None:
+    first, added = await upstreams(), await upstreams()
+    one = await gateway_for([first], redis_url=redis_server.url)
+    two = await gateway_for([first], redis_url=redis_server.url)
+    _, secret = await one.key()
+    assert await answers(two, secret, "extra") == 404
+
+    created = await one.admin.post("/admin/channels", json={
+        "name": "extra", "base_url": added.base_url, "models": {"extra": "extra-upstream"}, "api_key": CHANNEL_SECRET})
+    assert created.status_code == 201, created.text
+    started = time.monotonic()
+    assert await answers(one, secret, "extra") == 200  # the replica that took the change applies it at once
+    async def second_serves() -> bool:
+        return await answers(two, secret, "extra") == 200
+
+    await wait_until_async(second_serves, timeout=5, what="the second replica serving it", interval=0.05)
+    assert time.monotonic() - started < 1.0
+    assert added.attempts >= 2
+
+    for gateway in (one, two):
+        shown = (await gateway.admin.get("/admin/channels/extra")).text
+        assert '"api_key_set":true' in shown and CHANNEL_SECRET not in shown
+    assert CHANNEL_SECRET not in created.text
+    conflict = await two.admin.post("/admin/channels", json={"name": "extra", "base_url": added.base_url,
+                                                            "models": ["extra"]})
+    assert conflict.status_code == 409
+    bad = await one.admin.post("/admin/channels", json={"name": "x", "base_url": "ftp://nowhere", "models": ["m"],
+                                                       "api_key": CHANNEL_SECRET})
+    assert bad.status_code == 400 and CHANNEL_SECRET not in bad.text
+
+
+async def test_draining_a_channel_under_load_drops_nothing_and_then_removes_it(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    slow, other = await upstreams(chunk_delay=0.05), await upstreams()
+    gateway = await gateway_for([slow, other])
+    _, secret = await gateway.key()
+    client = gateway.client(secret)
+
+    async def one_request() -> str:
+        answer = await client.chat.completions.create(model="smollm2", messages=HI, max_tokens=8)  # type: ignore[arg-type]
+        return answer.choices[0].message.content or ""
+
+    load = [asyncio.create_task(one_request()) for _ in range(16)]
+
+    async def slow_busy() -> bool:
+        status = (await gateway.admin.get("/admin/channels/c0")).json()
+        return bool(status["in_flight"] > 0)
+
+    await wait_until_async(slow_busy, what="requests in flight on the channel to drain")
+    drained = await gateway.admin.delete("/admin/channels/c0")
+    assert drained.status_code == 202 and drained.json()["draining"] is True
+    attempts_at_drain = slow.attempts
+    more = [asyncio.create_task(one_request()) for _ in range(8)]
+    results = await asyncio.gather(*load, *more)
+    assert all(results)  # every request answered, none cut
+    assert slow.attempts == attempts_at_drain  # nothing new went to the draining channel
+
+    async def removed() -> bool:
+        return (await gateway.admin.get("/admin/channels/c0")).status_code == 404
+
+    await wait_until_async(removed, what="the drained channel removed")
+    assert [c["name"] for c in (await gateway.admin.get("/admin/channels")).json()["data"]] == ["c1"]
