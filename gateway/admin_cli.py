@@ -1,4 +1,4 @@
-"""`tidegate admin`: accounts, sub-accounts, keys, quotas, usage and channels over the admin API."""
+"""`tidegate admin`: accounts, sub-accounts, keys, quotas, usage, channels and model groups over the admin API."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from typing import Any
 import httpx
 
 from config.admin_key import configured_admin_key
+from gateway.admin_cli_channels import RESOURCES as ROUTING_RESOURCES
+from gateway.admin_cli_channels import add_routing_arguments, routing_request
 from tidegate.url_credentials import redact_url
 
 QUOTA_FLAGS = ("rpm", "tpm", "max_concurrency", "tokens_per_day", "tokens_per_month")
@@ -49,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name in ("--account-id", "--sub-account-id", "--key-id", "--model", "--start", "--end"):
         usage.add_argument(name)
     usage.add_argument("--granularity", choices=["hour", "day"])
-    sub.add_parser("channels", help="health, breaker state and in-flight per channel and model")
+    add_routing_arguments(sub)
 
 
 def _named(parser: argparse.ArgumentParser, *names: str) -> argparse.ArgumentParser:
@@ -81,8 +83,8 @@ def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | No
         fields["models"] = [m for m in args.models.split(",") if m]
     if quota:
         fields["quota"] = quota
-    if resource == "channels":
-        return "GET", "/admin/channels", None, {}
+    if resource in ROUTING_RESOURCES:
+        return routing_request(args)
     if resource == "usage":
         names = ("account_id", "sub_account_id", "key_id", "model", "start", "end", "granularity")
         return "GET", "/admin/usage", None, {n: getattr(args, n) for n in names if getattr(args, n)}

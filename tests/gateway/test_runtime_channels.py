@@ -4,12 +4,16 @@ nothing, and a channel's api_key never comes back out."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import httpx
 
-from tests.gateway.harness import GatewayHarness
+from tests.gateway.harness import ADMIN_KEY, GatewayHarness
 from tests.gateway.upstreams import MockUpstream
 from tests.servers import RedisServer
 from tests.waiting import wait_until_async
@@ -90,3 +94,28 @@ async def test_draining_a_channel_under_load_drops_nothing_and_then_removes_it(
 
     await wait_until_async(removed, what="the drained channel removed")
     assert [c["name"] for c in (await gateway.admin.get("/admin/channels")).json()["data"]] == ["c1"]
+
+
+async def test_the_admin_cli_adds_updates_groups_and_removes_channels(
+        upstreams: Start, gateway_for: StartGateway, tmp_path: Path) -> None:
+    upstream = await upstreams()
+    gateway = await gateway_for([upstream])
+    key_file = tmp_path / "upstream-key"
+    key_file.write_text(CHANNEL_SECRET + "\n")
+
+    async def cli(*argv: str) -> dict[str, object]:
+        command = [sys.executable, "-m", "tidegate.cli", "admin", "--url", gateway.url, "--admin-key", ADMIN_KEY,
+                   *argv]
+        done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr + done.stdout
+        assert CHANNEL_SECRET not in done.stdout
+        return dict(json.loads(done.stdout))
+
+    added = await cli("channels", "add", "cli-1", "--base-url", upstream.base_url, "--models", "tiny=upstream-tiny",
+                      "--api-key-file", str(key_file), "--no-stream-upstream")
+    assert added["api_key_set"] is True and added["settings"]["stream_upstream"] is False  # type: ignore[index]
+    group = await cli("model-groups", "set", "assistant", "--target", "cli-1=upstream-tiny", "--fallback", "smollm2")
+    assert group["fallbacks"] == ["smollm2"]
+    updated = await cli("channels", "update", "cli-1", "--weight", "3")
+    assert updated["weight"] == 3 and updated["api_key_set"] is True
+    assert (await cli("channels", "remove", "cli-1"))["draining"] is True
