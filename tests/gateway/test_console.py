@@ -176,3 +176,19 @@ def test_api_errors_show_on_the_page_and_names_render_as_text(stack: LiveStack, 
     assert row.locator("img").count() == 0
     assert page.evaluate("document.body.dataset.owned") is None
     steps.shot("name-as-text")
+
+
+def test_operator_adds_a_channel_then_drains_and_removes_it(stack: LiveStack, page: Page, tmp_path: Path) -> None:
+    steps = Steps(page, tmp_path)
+    sign_in(page, stack.url, ADMIN_KEY)
+    page.fill("#add-channel input[name=name]", "spare")
+    page.fill("#add-channel input[name=base_url]", "http://127.0.0.1:9/v1")
+    page.fill("#add-channel input[name=models]", "spare-model=smollm2")
+    page.click("#add-channel button[type=submit]")
+    row = page.locator("#channels-table tbody tr[data-channel=spare][data-model=spare-model]")
+    expect(row).to_have_count(1)
+    steps.shot("channel-added")
+    row.locator("button.remove").click()
+    expect(row).to_have_count(0, timeout=15_000)  # drained (nothing in flight) and removed
+    expect(page.locator("#channels-table tbody tr[data-channel=local-1]")).to_have_count(1)
+    steps.shot("channel-removed")

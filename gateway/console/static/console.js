@@ -1,6 +1,6 @@
 // tidegate admin console: sign in, then every read and write goes through the admin API.
 import { KEY_STORAGE, act, api, listOf, state } from "./api.js";
-import { refreshChannels } from "./channels.js";
+import { addChannel, refreshChannels } from "./channels.js";
 import { $, showError } from "./dom.js";
 import { createAccount, createKey, createSubAccount, renderAccounts } from "./tenants.js";
 import { POLL_MS, refreshLive, refreshUsage, renderUsageFilterOptions } from "./usage.js";
@@ -62,6 +62,7 @@ onSubmit("#create-account", createAccount);
 onSubmit("#create-sub-account", createSubAccount);
 onSubmit("#create-key", createKey);
 onSubmit("#usage-filter", refreshUsage);
+onSubmit("#add-channel", addChannel);
 
 state.onUnauthorized = signOut;
 state.onAccountOpened = () => Promise.all([refreshUsage(), refreshLive()]);
