@@ -53,9 +53,7 @@ class ChannelRegistry:
         """Seeds the store from the config file on its first start, then serves the store's records."""
         settings = self._settings
         try:
-            await self._store.seed({c.name: channel_record(c) for c in settings.channels},
-                                   {n: g.model_dump(mode="json") for n, g in settings.model_groups.items()})
-            await self.reload()
+            await self._seed_and_load()
         except Exception as exc:  # the store is down: serve the config file's channels until it is back
             log.warning("cannot read channels from the store (%s); serving the config file's", type(exc).__name__)
         else:
@@ -71,6 +69,12 @@ class ChannelRegistry:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self._store.close()
+
+    async def _seed_and_load(self) -> None:
+        settings = self._settings
+        await self._store.seed({c.name: channel_record(c) for c in settings.channels},
+                               {n: g.model_dump(mode="json") for n, g in settings.model_groups.items()})
+        await self.reload()
 
     async def reload(self) -> None:
         async with self._reloading:
@@ -132,7 +136,9 @@ class ChannelRegistry:
         while True:
             await asyncio.sleep(self._poll_interval)
             try:
-                if await self._store.version() != self._version:
+                if self._version < 0:  # the store was down at start: it may never have been seeded
+                    await self._seed_and_load()
+                elif await self._store.version() != self._version:
                     await self.reload()
             except Exception as exc:  # the store is briefly away: keep serving what was read last
                 log.debug("channel reload skipped: %s", type(exc).__name__)
