@@ -15,6 +15,8 @@ import httpx
 
 from tests.gateway.harness import ADMIN_KEY, GatewayHarness
 from tests.gateway.upstreams import MockUpstream
+from tests.reliability.processes import ADMIN_KEY as PROCESS_ADMIN_KEY
+from tests.reliability.processes import GatewayProcess
 from tests.servers import RedisServer
 from tests.waiting import wait_until_async
 
@@ -24,43 +26,57 @@ HI = [{"role": "user", "content": "hi"}]
 CHANNEL_SECRET = "sk-channel-secret-4b9e1f7a2c6d8035"
 
 
-async def answers(gateway: GatewayHarness, secret: str, model: str) -> int:
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=10) as client:
+async def answers(url: str, secret: str, model: str) -> int:
+    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
         response = await client.post("/v1/chat/completions", headers={"authorization": f"Bearer {secret}"},
                                      json={"model": model, "messages": HI, "max_tokens": 2})
     return response.status_code
 
 
 async def test_a_channel_added_on_one_replica_serves_on_both_within_a_second(
-        upstreams: Start, gateway_for: StartGateway, redis_server: RedisServer) -> None:
+        upstreams: Start, redis_server: RedisServer, tmp_path: Path) -> None:
     first, added = await upstreams(), await upstreams()
-    one = await gateway_for([first], redis_url=redis_server.url)
-    two = await gateway_for([first], redis_url=redis_server.url)
-    _, secret = await one.key()
-    assert await answers(two, secret, "extra") == 404
+    one, two = (GatewayProcess.create(tmp_path, [first.base_url], redis_url=redis_server.url) for _ in range(2))
+    try:
+        # launched together and awaited off the loop, which serves the upstreams meanwhile
+        await asyncio.gather(*(asyncio.to_thread(g.start) for g in (one, two)))
+        await runtime_channel_checks(one, two, added)
+    finally:
+        for gateway in (one, two):
+            gateway.stop()
 
-    created = await one.admin.post("/admin/channels", json={
-        "name": "extra", "base_url": added.base_url, "models": {"extra": "extra-upstream"}, "api_key": CHANNEL_SECRET})
-    assert created.status_code == 201, created.text
-    started = time.monotonic()
-    assert await answers(one, secret, "extra") == 200  # the replica that took the change applies it at once
-    async def second_serves() -> bool:
-        return await answers(two, secret, "extra") == 200
 
-    await wait_until_async(second_serves, timeout=5, what="the second replica serving it", interval=0.05)
-    assert time.monotonic() - started < 1.0
-    assert added.attempts >= 2
+async def runtime_channel_checks(one: GatewayProcess, two: GatewayProcess, added: MockUpstream) -> None:
+    _, secret = await asyncio.to_thread(one.new_key)
+    assert await answers(two.url, secret, "extra") == 404
+    admin = {"authorization": f"Bearer {PROCESS_ADMIN_KEY}"}
+    async with httpx.AsyncClient(headers=admin, timeout=10) as http:
+        created = await http.post(f"{one.url}/admin/channels", json={
+            "name": "extra", "base_url": added.base_url, "models": {"extra": "extra-upstream"},
+            "api_key": CHANNEL_SECRET})
+        assert created.status_code == 201, created.text
+        started = time.monotonic()
+        assert await answers(one.url, secret, "extra") == 200  # the replica that took the change applies it at once
 
+        async def second_serves() -> bool:
+            return await answers(two.url, secret, "extra") == 200
+
+        await wait_until_async(second_serves, timeout=5, what="the second replica serving it", interval=0.05)
+        assert time.monotonic() - started < 1.0
+        assert added.attempts >= 2
+
+        for gateway in (one, two):
+            shown = (await http.get(f"{gateway.url}/admin/channels/extra")).text
+            assert '"api_key_set":true' in shown and CHANNEL_SECRET not in shown
+        assert CHANNEL_SECRET not in created.text
+        conflict = await http.post(f"{two.url}/admin/channels", json={"name": "extra", "base_url": added.base_url,
+                                                                     "models": ["extra"]})
+        assert conflict.status_code == 409
+        bad = await http.post(f"{one.url}/admin/channels", json={
+            "name": "x", "base_url": "ftp://nowhere", "models": ["m"], "api_key": CHANNEL_SECRET})
+        assert bad.status_code == 400 and CHANNEL_SECRET not in bad.text
     for gateway in (one, two):
-        shown = (await gateway.admin.get("/admin/channels/extra")).text
-        assert '"api_key_set":true' in shown and CHANNEL_SECRET not in shown
-    assert CHANNEL_SECRET not in created.text
-    conflict = await two.admin.post("/admin/channels", json={"name": "extra", "base_url": added.base_url,
-                                                            "models": ["extra"]})
-    assert conflict.status_code == 409
-    bad = await one.admin.post("/admin/channels", json={"name": "x", "base_url": "ftp://nowhere", "models": ["m"],
-                                                       "api_key": CHANNEL_SECRET})
-    assert bad.status_code == 400 and CHANNEL_SECRET not in bad.text
+        assert CHANNEL_SECRET not in gateway.log_path.read_text()
 
 
 async def test_draining_a_channel_under_load_drops_nothing_and_then_removes_it(
