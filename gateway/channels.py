@@ -130,7 +130,7 @@ class HealthChecker:
         try:
             response = await self._client.get(url, auth=auth, timeout=self._timeout)
             ok = response.status_code == 200
-        except httpx.HTTPError:
+        except (httpx.HTTPError, httpx.InvalidURL):  # a run-time channel may carry a URL httpx cannot use
             ok = False
         channel.failed_probes = 0 if ok else channel.failed_probes + 1
         # back in at the first good probe; out only after `threshold` bad ones in a row
