@@ -82,7 +82,7 @@ class Proxy:
             await exchange.end(500, "error")
             raise
         exchange.record.channel, exchange.record.attempts = answer.channel.name, answer.attempts
-        headers[SERVED_MODEL] = answer.model
+        headers[SERVED_MODEL] = exchange.record.served_model = answer.model
         exchange.first_token()
         if answer.events is not None and call.stream:
             return self._stream(exchange, answer, call, headers, deadline)
