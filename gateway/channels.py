@@ -85,7 +85,8 @@ class ChannelState:
                     "attempts": self.counters(model).attempts,
                     "failures": self.counters(model).failures,
                 }
-                for model, upstream in self.config.models.items()
+                # and the models of groups that target this channel, once they have sent it a request
+                for model, upstream in {**dict.fromkeys(self.stats), **self.config.models}.items()
             },
         }
 

@@ -83,6 +83,8 @@ async def test_invalid_groups_are_refused_with_400_and_valid_ones_serve_at_once(
     answer = await gateway.client(secret).chat.completions.with_raw_response.create(model="b", messages=HI,
                                                                                    max_tokens=4)  # type: ignore[arg-type]
     assert answer.headers["x-tidegate-served-model"] == "b"
+    channel = (await gateway.admin.get("/admin/channels/small-1")).json()
+    assert channel["models"]["b"]["attempts"] == 1 and channel["models"]["b"]["breaker"] == "closed"
     listed = {g["name"]: g for g in (await gateway.admin.get("/admin/model-groups")).json()["data"]}
     assert listed["small"]["implicit"] and not listed["b"]["implicit"] and listed["b"]["fallbacks"] == ["a"]
 
