@@ -97,6 +97,11 @@ async def test_draining_a_channel_under_load_drops_nothing_and_then_removes_it(
         return bool(status["in_flight"] > 0)
 
     await wait_until_async(slow_busy, what="requests in flight on the channel to drain")
+    # a change to one channel keeps the live state of the others, and its own
+    busy = (await gateway.admin.get("/admin/channels/c0")).json()
+    changed = await gateway.admin.patch("/admin/channels/c0", json={"weight": 2})
+    assert changed.status_code == 200 and changed.json()["weight"] == 2
+    assert changed.json()["models"]["smollm2"]["attempts"] >= busy["models"]["smollm2"]["attempts"] > 0
     drained = await gateway.admin.delete("/admin/channels/c0")
     assert drained.status_code == 202 and drained.json()["draining"] is True
     attempts_at_drain = slow.attempts
