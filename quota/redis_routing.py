@@ -10,8 +10,17 @@ from redis.asyncio.client import Pipeline
 
 from quota.routing_store import Record, RoutingSnapshot
 
-CHANNELS, GROUPS = "tg:routing:channels", "tg:routing:groups"
-DRAINING, VERSION, SEEDED = "tg:routing:draining", "tg:routing:version", "tg:routing:seeded"
+# one hash tag: every routing key in one Cluster slot, so a transaction or the seed script may touch them all
+CHANNELS, GROUPS = "tg:{routing}:channels", "tg:{routing}:groups"
+DRAINING, VERSION, SEEDED = "tg:{routing}:draining", "tg:{routing}:version", "tg:{routing}:seeded"
+# atomic, so a replica that loses the race to seed never reads a store marked seeded but still empty
+SEED = """
+if not redis.call('SET', KEYS[1], '1', 'NX') then return 0 end
+for name, body in pairs(cjson.decode(ARGV[1])) do redis.call('HSET', KEYS[2], name, body) end
+for name, body in pairs(cjson.decode(ARGV[2])) do redis.call('HSET', KEYS[3], name, body) end
+redis.call('INCR', KEYS[4])
+return 1
+"""
 
 
 class RedisRouting:
@@ -31,10 +40,8 @@ class RedisRouting:
         return RoutingSnapshot(int(version or 0), _decoded(channels), {_text(n) for n in draining}, _decoded(groups))
 
     async def seed(self, channels: dict[str, Record], groups: dict[str, Record]) -> bool:
-        if not await self._r.set(SEEDED, "1", nx=True):
-            return False
-        await self._write(lambda pipe: _put_all(pipe, channels, groups))
-        return True
+        bodies = [json.dumps({name: json.dumps(r) for name, r in records.items()}) for records in (channels, groups)]
+        return bool(await self._r.eval(SEED, 4, SEEDED, CHANNELS, GROUPS, VERSION, *bodies))
 
     async def put_channel(self, name: str, record: Record) -> None:
         await self._write(lambda pipe: (pipe.hset(CHANNELS, name, json.dumps(record)), pipe.srem(DRAINING, name)))
@@ -59,13 +66,6 @@ class RedisRouting:
 
     async def close(self) -> None:
         await self._r.aclose()
-
-
-def _put_all(pipe: Pipeline, channels: dict[str, Record], groups: dict[str, Record]) -> None:
-    if channels:
-        pipe.hset(CHANNELS, mapping={name: json.dumps(r) for name, r in channels.items()})
-    if groups:
-        pipe.hset(GROUPS, mapping={name: json.dumps(r) for name, r in groups.items()})
 
 
 def _text(value: bytes | str) -> str:
