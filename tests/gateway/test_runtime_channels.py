@@ -140,3 +140,19 @@ async def test_the_admin_cli_adds_updates_groups_and_removes_channels(
     updated = await cli("channels", "update", "cli-1", "--weight", "3")
     assert updated["weight"] == 3 and updated["api_key_set"] is True
     assert (await cli("channels", "remove", "cli-1"))["draining"] is True
+
+
+async def test_channels_added_at_run_time_outlive_a_restart_and_the_store_wins_over_the_file(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    upstream = await upstreams()
+    first = await gateway_for([upstream])
+    added = await first.admin.post("/admin/channels", json={"name": "kept", "base_url": upstream.base_url,
+                                                            "models": ["kept-model"]})
+    assert added.status_code == 201
+    await first.stop()
+    # a restart against the same store with a config file that names other channels
+    again = await gateway_for([upstream, upstream])
+    names = [c["name"] for c in (await again.admin.get("/admin/channels")).json()["data"]]
+    assert names == ["c0", "kept"]
+    _, secret = await again.key()
+    assert await answers(again.url, secret, "kept-model") == 200
