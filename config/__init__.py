@@ -16,6 +16,7 @@ from config.gateway import (
     TokenBucket,
     Tracing,
 )
+from config.model_groups import ModelGroup, Target
 from config.settings import Settings, SettingsError, load_settings
 from config.stores import OnRedisDown, RedisDownPolicy, StoreSettings
 
@@ -27,6 +28,7 @@ __all__ = [
     "EngineSettings",
     "GatewaySettings",
     "IpRateLimit",
+    "ModelGroup",
     "ModelLimits",
     "OnRedisDown",
     "PriorityClass",
@@ -37,6 +39,7 @@ __all__ = [
     "Settings",
     "SettingsError",
     "StoreSettings",
+    "Target",
     "Timeouts",
     "TokenBucket",
     "Tracing",

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, IPvAnyNetwork, field_validator, model_validator
 
+from config.model_groups import ModelGroup, group_problem
 from config.stores import StoreSettings
 
 
@@ -216,6 +217,8 @@ class GatewaySettings(StoreSettings):
     prices: dict[str, ModelPrice] = Field(default_factory=dict)  # seed prices per public model name
     models_limits: dict[str, ModelLimits] = Field(default_factory=dict)  # per public model name
     ip_rate_limit: IpRateLimit | None = None
+    # public model name -> its targets and fallbacks; a channel's `models` map is the group of names not listed here
+    model_groups: dict[str, ModelGroup] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> GatewaySettings:
@@ -228,6 +231,11 @@ class GatewaySettings(StoreSettings):
                 f"default_priority_class {self.default_priority_class!r} is not one of "
                 f"{sorted(self.priority_classes)}"
             )
+        implicit = {m for c in self.channels for m in c.models}
+        for name, group in self.model_groups.items():
+            problem = group_problem(name, group, self.model_groups, names, implicit)
+            if problem is not None:
+                raise ValueError(f"model_groups.{name}: {problem}")
         if self.workers > 1 and not self.redis_url:
             raise ValueError("workers > 1 needs redis_url: the embedded store lives in one process")
         return self

@@ -1,6 +1,6 @@
-"""The admin API under /admin: accounts, sub-accounts, keys, quotas, usage and channel status, admin keys and
-the audit log. Every route goes through one wrapper: authorization (gateway.admin_access), then the handler,
-then an audit entry for each change."""
+"""The admin API under /admin: accounts, sub-accounts, keys, quotas, usage; channels and model groups; admin
+keys and the audit log. Every route goes through one wrapper: authorization (gateway.admin_access), then the
+handler, then an audit entry for each change."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ from starlette.routing import Route
 
 from gateway.admin_access import AdminAccess, Rule, Scope, Target, caller_of, rule_for
 from gateway.admin_body import json_body, reject_unknown
+from gateway.admin_channels import channel_routes
 from gateway.admin_money import AdminMoney
 from gateway.auth import client_address
+from gateway.channel_registry import ChannelRegistry
 from gateway.errors import ApiError, invalid_request, not_found
-from gateway.router import Router
 from quota import UNSET, InvalidRequest, NotFound, Quota, QuotaService
 from quota.audit import AuditEntry
 from tidegate.request_id import request_id as request_id_of
@@ -53,19 +54,20 @@ def to_json(value: Any) -> Any:
 class AdminApi:
     """Each route checks the admin key, calls quota's admin API and maps its errors to 400/404."""
 
-    def __init__(self, quota: QuotaService, router: Router, admin_key: str | None,
+    def __init__(self, quota: QuotaService, registry: ChannelRegistry, admin_key: str | None,
                  priority_classes: frozenset[str] = frozenset(), currency: str = "USD"):
         self._admin = quota.admin
         self._admin_keys = quota.admin_keys
         self._audit = quota.audit
-        self._money = AdminMoney(quota, router, currency)
-        self._router = router
+        self._money = AdminMoney(quota, registry.router, currency)
+        self._registry = registry
         self._access = AdminAccess(quota, admin_key)
         self._classes = priority_classes
 
     def routes(self) -> list[Route]:
         r = self._wrap
         return [
+            *channel_routes(r, self._registry, json_body),  # before the generic PATCH below
             Route("/admin/accounts", r(self.create_account), methods=["POST"]),
             Route("/admin/accounts", r(self.list_accounts), methods=["GET"]),
             Route("/admin/accounts/{id}", r(self.get_account), methods=["GET"]),
@@ -76,7 +78,6 @@ class AdminApi:
             Route("/admin/keys/{id}", r(self.revoke_key), methods=["DELETE"]),
             Route("/admin/{kind:str}/{id}", r(self.update), methods=["PATCH"]),
             Route("/admin/usage", r(self.usage), methods=["GET"]),
-            Route("/admin/channels", r(self.channels), methods=["GET"]),
             Route("/admin/me", r(self.me), methods=["GET"]),
             Route("/admin/keys/{id}/rotate", r(self.rotate_key), methods=["POST"]),
             Route("/admin/admin-keys", r(self.create_admin_key), methods=["POST"]),
@@ -183,9 +184,6 @@ class AdminApi:
 
     async def usage(self, request: Request) -> Any:
         return await self._money.usage(request, caller_of(request).tenant)
-
-    async def channels(self, request: Request) -> Any:
-        return {"data": [channel.status() for channel in self._router.channels]}
 
     async def me(self, request: Request) -> Any:
         caller = caller_of(request)

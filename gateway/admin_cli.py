@@ -1,5 +1,5 @@
-"""`tidegate admin`: accounts, sub-accounts, keys, quotas, usage, channels, admin keys and the audit log over
-the admin API."""
+"""`tidegate admin`: accounts, sub-accounts, keys, quotas, usage, channels and model groups, prices and balances,
+admin keys and the audit log over the admin API."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 
 from config.admin_key import configured_admin_key
+from gateway.admin_cli_channels import RESOURCES as ROUTING_RESOURCES
+from gateway.admin_cli_channels import add_routing_arguments, routing_request
 from gateway.admin_money_cli import MONEY_RESOURCES, add_money_arguments, money_request
 from tidegate.url_credentials import redact_url
 
@@ -69,8 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     usage.add_argument("--granularity", choices=["hour", "day", "month"])
     usage.add_argument("--group-by", help="comma-separated: account, sub_account, key, model, channel")
     usage.add_argument("--format", choices=["json", "csv"])
-    sub.add_parser("channels", help="health, breaker state and in-flight per channel and model")
     add_money_arguments(sub)
+    add_routing_arguments(sub)
 
 
 def _named(parser: argparse.ArgumentParser, *names: str) -> argparse.ArgumentParser:
@@ -128,8 +130,6 @@ def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | No
             fields[name] = [item.strip() for item in getattr(args, name).split(",") if item.strip()]
     if quota:
         fields["quota"] = quota
-    if resource == "channels":
-        return "GET", "/admin/channels", None, {}
     if resource == "audit":
         return "GET", "/admin/audit", None, {n: getattr(args, n) for n in ("actor", "action", "since", "limit")
                                              if getattr(args, n)}
@@ -144,6 +144,8 @@ def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | No
         return "POST", f"/admin/keys/{args.id}/rotate", {"grace_seconds": args.grace_seconds}, {}
     if resource in MONEY_RESOURCES:
         return money_request(args)
+    if resource in ROUTING_RESOURCES:
+        return routing_request(args)
     if resource == "usage":
         names = ("account_id", "sub_account_id", "key_id", "model", "start", "end", "granularity", "group_by",
                  "format")

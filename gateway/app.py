@@ -23,6 +23,7 @@ from gateway.admin_money import seed_prices
 from gateway.auth import check_token
 from gateway.breaker_sync import BreakerSync
 from gateway.channel_limits import ChannelLimits
+from gateway.channel_registry import ChannelRegistry
 from gateway.channel_throughput import ThroughputWatch
 from gateway.channels import ChannelState, HealthChecker
 from gateway.console import console_routes
@@ -36,7 +37,7 @@ from gateway.tracing import setup_tracing
 from gateway.upstream import UpstreamClient
 from gateway.worker_settings import read_worker_settings
 from limiter import MemoryCapacity, RedisCapacity
-from quota import QuotaService, open_store
+from quota import QuotaService, open_routing_store, open_store
 from tidegate import openapi
 from tidegate.connection_guard import ConnectionGuard, ConnectionLimits
 
@@ -54,7 +55,9 @@ class Gateway:
         # answers are decompressed if an upstream compresses although asked for identity (see upstream.py)
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30))
         channels = [ChannelState(c, settings.channel_timeouts(c), settings.breaker) for c in settings.channels]
-        self.router = Router(channels)
+        self.router = Router(channels, groups=settings.model_groups)
+        # the store's channels and groups replace the config file's once read (see channel_registry.py)
+        self.registry = ChannelRegistry(open_routing_store(settings), settings, self.router)
         self.pools = PriorityPools(settings.priority_classes, settings.default_priority_class)
         self.metrics = GatewayMetrics(self.router, self.pools, quota, connections, settings.metrics_per_account)
         self.redis = redis.from_url(settings.redis_url, socket_timeout=settings.redis_timeout) \
@@ -66,21 +69,23 @@ class Gateway:
         upstream = UpstreamClient(self.router, settings.retries, self.session, limits=limits)
         self.tracing = setup_tracing(settings.tracing)
         self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics, self.tracing)
-        self.admin = AdminApi(quota, self.router, configured_admin_key(settings), frozenset(settings.priority_classes),
-                              settings.currency)
-        self.health = HealthChecker(channels, settings.health_check_interval, self.http,
+        self.admin = AdminApi(quota, self.registry, configured_admin_key(settings),
+                              frozenset(settings.priority_classes), settings.currency)
+        self.health = HealthChecker(self.router.channels, settings.health_check_interval, self.http,
                                     settings.health_check_timeout, settings.unhealthy_threshold)
         self.breaker_sync = None
         if self.redis is not None:
-            self.breaker_sync = BreakerSync(self.redis, channels, settings.breaker.cooldown)
+            self.breaker_sync = BreakerSync(self.redis, self.router.channels, settings.breaker.cooldown)
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        await self.registry.start()
         self.health.start()
         self.throughput.poller.start()  # polls only channels with rate_from: metrics (run-time ones too)
         if self.breaker_sync is not None:
             self.breaker_sync.start()
 
     async def close(self) -> None:
+        await self.registry.stop()
         await self.health.stop()
         await self.throughput.poller.stop()
         if self.breaker_sync is not None:
@@ -135,7 +140,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
         await gateway.quota.money.seed_prices(seed_prices(settings.prices))
         app.state.gateway = gateway
         app.router.routes.extend(gateway.routes())
-        gateway.start()
+        await gateway.start()
         try:
             yield
         finally:

@@ -22,18 +22,21 @@ PREFIX = "tidegate:breaker:"
 class BreakerSync:
     def __init__(self, client: redis.Redis, channels: list[ChannelState], cooldown: float, interval: float = 1.0):
         self._client = client
-        self._pairs = [(c, model) for c in channels for model in c.config.models]
+        self._channels = channels  # the router's own list: channels come and go at run time
         self._cooldown = cooldown
         self._interval = interval
-        self._published = {self._key(c, m): 0 for c, m in self._pairs}
+        self._published: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
 
     @staticmethod
     def _key(channel: ChannelState, model: str) -> str:
         return f"{PREFIX}{channel.name}:{model}"
 
+    def _pairs(self) -> list[tuple[ChannelState, str]]:
+        return [(c, model) for c in self._channels for model in c.config.models]
+
     def start(self) -> None:
-        if self._task is None and self._pairs:
+        if self._task is None:
             self._task = asyncio.create_task(self._loop(), name="breaker-sync")
 
     async def stop(self) -> None:
@@ -46,16 +49,19 @@ class BreakerSync:
 
     async def sync_once(self) -> None:
         """Publish local openings not yet shared, then adopt openings other replicas shared."""
+        pairs = self._pairs()
+        if not pairs:
+            return
         pipe = self._client.pipeline(transaction=False)
-        for channel, model in self._pairs:
+        for channel, model in pairs:
             breaker, key = channel.breaker(model), self._key(channel, model)
-            if breaker.opened_count > self._published[key]:
+            if breaker.opened_count > self._published.get(key, 0):
                 self._published[key] = breaker.opened_count
                 pipe.set(key, repr(breaker.opened_wall), px=max(1, int(self._cooldown * 1000)))
-        keys = [self._key(c, m) for c, m in self._pairs]
+        keys = [self._key(c, m) for c, m in pairs]
         pipe.mget(keys)
         results = await pipe.execute()
-        for (channel, model), raw in zip(self._pairs, results[-1], strict=True):
+        for (channel, model), raw in zip(pairs, results[-1], strict=True):
             if raw is None:
                 continue
             breaker = channel.breaker(model)

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from config import GatewaySettings, ModelLimits, TokenBucket
 from gateway.channel_throughput import ThroughputWatch
 from gateway.channels import ChannelState
 from gateway.errors import ApiError, unavailable
-from gateway.router import Router
+from gateway.router import Pick, Router, any_model
 from limiter import CapacityLimit, SharedCapacity
 
 NO_LIMITS = ModelLimits()
@@ -64,23 +65,24 @@ class ChannelLimits:
         return (*_limit(f"channel:{config.name}", bucket, config.global_max_concurrency),
                 *_limit(f"model:{model}", per_model.token_bucket, per_model.global_max_concurrency))
 
-    async def pick(self, router: Router, ask: CapacityAsk, tried: set[str],
-                   barred: set[str]) -> tuple[ChannelState | None, CapacityHold | None]:
-        """A channel with room for the request, and what was taken there; (None, None) when no channel is usable."""
+    async def pick(self, router: Router, ask: CapacityAsk, tried: set[str], barred: set[str],
+                   allowed: Callable[[str], bool] = any_model) -> tuple[Pick | None, CapacityHold | None]:
+        """A target with room for the request (of its model or an allowed fallback), and what was taken there;
+        (None, None) when no target is usable."""
         give_up = time.monotonic() + ask.wait
         while True:
             full: set[str] = set()
             soonest: float | None = None
-            while (channel := router.pick(ask.model, tried, barred | full)) is not None:
-                limits = self.limits(channel, ask.model)
+            while (found := router.route(ask.model, tried, barred | full, allowed)) is not None:
+                limits = self.limits(found.channel, found.model)
                 if not limits:
-                    return channel, None
+                    return found, None
                 member = f"{ask.request_id}:{secrets.token_hex(6)}"
                 take = await self._store.take(limits, ask.tokens, member, self._ttl, time.time())
                 if take.ok:
-                    return channel, CapacityHold(limits, ask.tokens, member)
-                channel.breaker(ask.model).abandon()  # a half-open probe it claimed goes to the next request
-                full.add(channel.name)
+                    return found, CapacityHold(limits, ask.tokens, member)
+                found.channel.breaker(found.model).abandon()  # a half-open probe it claimed goes to the next request
+                full.add(found.channel.name)
                 soonest = take.wait if soonest is None else min(soonest, take.wait)
             if soonest is None:
                 return None, None

@@ -35,6 +35,7 @@ class ChannelState:
     breaker_settings: BreakerSettings
     in_flight: int = 0
     healthy: bool = True
+    draining: bool = False  # takes no new requests; removed once those in flight are done
     failed_probes: int = 0
     measured_rate: float | None = None  # tokens/s its replicas served (peak of the last minute), rate_from: metrics
     breakers: dict[str, CircuitBreaker] = field(default_factory=dict)
@@ -73,6 +74,7 @@ class ChannelState:
             "name": self.name,
             "base_url": redact_url(self.config.base_url),
             "healthy": self.healthy,
+            "draining": self.draining,
             "in_flight": self.in_flight,
             "priority": self.config.priority,
             "weight": self.config.weight,
@@ -87,7 +89,8 @@ class ChannelState:
                     "attempts": self.counters(model).attempts,
                     "failures": self.counters(model).failures,
                 }
-                for model, upstream in self.config.models.items()
+                # and the models of groups that target this channel, once they have sent it a request
+                for model, upstream in {**dict.fromkeys(self.stats), **self.config.models}.items()
             },
         }
 
@@ -105,7 +108,8 @@ class HealthChecker:
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        if self._task is None and any(c.health_url() for c in self._channels):
+        # channels may be added at run time, so the loop runs even when none has a health path yet
+        if self._task is None:
             self._task = asyncio.create_task(self._loop(), name="channel-health")
 
     async def stop(self) -> None:
@@ -131,7 +135,7 @@ class HealthChecker:
         try:
             response = await self._client.get(url, auth=auth, timeout=self._timeout)
             ok = response.status_code == 200
-        except httpx.HTTPError:
+        except (httpx.HTTPError, httpx.InvalidURL):  # a run-time channel may carry a URL httpx cannot use
             ok = False
         channel.failed_probes = 0 if ok else channel.failed_probes + 1
         # back in at the first good probe; out only after `threshold` bad ones in a row

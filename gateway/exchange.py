@@ -46,6 +46,7 @@ class RequestRecord:
     queue_ms: float = 0.0
     duration_ms: float = 0.0
     degraded: bool = False
+    served_model: str | None = None  # the model that answered: `model`, or one of its fallbacks
 
 
 class Exchange:

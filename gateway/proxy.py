@@ -32,6 +32,9 @@ from tidegate.event_stream import EventStreamResponse, StreamEnd, wait_for_disco
 from tidegate.request_body import read_body
 from tidegate.request_id import request_id as request_id_of
 
+# which public model answered: the one asked for, or a fallback of its group; absent when no upstream answered
+SERVED_MODEL = "x-tidegate-served-model"
+
 
 class Proxy:
     """Serves the OpenAI routes; every request ends through its `Exchange`, exactly once."""
@@ -66,12 +69,12 @@ class Proxy:
             await exchange.take_slot(pool)
             deadline = exchange.started + self.settings.timeouts.total
             exchange.upstream_started = time.monotonic()
-            answer = await self.upstream.call(UpstreamRequest(call.model, "/chat/completions" if chat
-                                                              else "/completions", call.body, call.stream,
-                                                              deadline, request_id, trace,
-                                                              request_extras(key, pool),
+            path = "/chat/completions" if chat else "/completions"
+            answer = await self.upstream.call(UpstreamRequest(call.model, path, call.body, call.stream, deadline,
+                                                              request_id, trace, request_extras(key, pool),
                                                               CapacityAsk(call.model, exchange.estimated_tokens,
-                                                                          request_id, pool.settings.queue_timeout)))
+                                                                          request_id, pool.settings.queue_timeout),
+                                                              allowed=key.allows))
             exchange.hold_capacity(answer.capacity, self.upstream.release_capacity)
         except ApiError as error:
             await exchange.end(error.status, "refused" if error.status < 500 else "failed")
@@ -83,6 +86,7 @@ class Proxy:
             await exchange.end(500, "error")
             raise
         exchange.record.channel, exchange.record.attempts = answer.channel.name, answer.attempts
+        headers[SERVED_MODEL] = exchange.record.served_model = answer.model
         exchange.first_token()
         if answer.events is not None and call.stream:
             return self._stream(exchange, answer, call, headers, deadline)

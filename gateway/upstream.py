@@ -15,7 +15,7 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -26,7 +26,7 @@ from config import Retries
 from gateway.channel_limits import CapacityAsk, CapacityHold, ChannelLimits
 from gateway.channels import ChannelState
 from gateway.errors import ApiError, gateway_timeout, retry_after_headers, unavailable
-from gateway.router import Router
+from gateway.router import Pick, Router, any_model
 from gateway.sse import DONE, has_content, split_events
 from gateway.tracing import NOOP_REQUEST, RequestTrace
 
@@ -62,6 +62,7 @@ class UpstreamRequest:
     trace: RequestTrace = NOOP_REQUEST
     extras: dict[str, Any] = field(default_factory=dict)  # set by the gateway; sent where a channel accepts them
     capacity: CapacityAsk | None = None  # what to take from the channel's and model's shared limits
+    allowed: Callable[[str], bool] = any_model  # which fallback models the key may be served
 
 
 @dataclass(slots=True)
@@ -69,7 +70,7 @@ class Answer:
     """An upstream's answer that reached its first byte; it holds its channel's in-flight slot until `finish`."""
 
     channel: ChannelState
-    model: str
+    model: str  # the public model that served: the one asked for, or a fallback
     upstream_model: str
     status: int
     response: aiohttp.ClientResponse
@@ -116,14 +117,13 @@ class UpstreamClient:
         barred: set[str] = set()  # channels that let a first token time out: a retry there would only pile on
         last: AttemptFailed | None = None
         for attempt in range(self._retries.max_attempts):
-            channel, hold = await self._pick(request, tried, barred)
-            if channel is None:
+            pick, hold = await self._pick(request, tried, barred)
+            if pick is None:
                 break
             headers: dict[str, str] = {}
-            upstream_model = channel.config.models.get(request.model, request.model)
-            with request.trace.upstream_attempt(channel.name, upstream_model, headers) as span:
+            with request.trace.upstream_attempt(pick.channel.name, pick.upstream_model, headers) as span:
                 try:
-                    answer = await self._attempt(channel, request, attempt + 1, headers)
+                    answer = await self._attempt(pick, request, attempt + 1, headers)
                     span.set_attribute("http.response.status_code", answer.status)
                     answer.capacity = hold
                     return answer
@@ -134,31 +134,29 @@ class UpstreamClient:
                         raise
                     span.set_attribute("error.type", failure.kind.value)
                     last = failure
-                    tried.add(channel.name)
+                    tried.add(pick.channel.name)
                     if failure.kind is FailureKind.first_token:
-                        barred.add(channel.name)
+                        barred.add(pick.channel.name)
             if attempt + 1 == self._retries.max_attempts:
                 break
-            if last.kind is FailureKind.first_token and not self._has_other(request.model, barred):
+            if last.kind is FailureKind.first_token and not self._router.has_other(request.model, barred,
+                                                                                 request.allowed):
                 break  # every channel let this request's first token time out: no backoff to wait out
-            wait = self._backoff(attempt, last, self._has_other(request.model, tried))
+            wait = self._backoff(attempt, last, self._router.has_other(request.model, tried, request.allowed))
             if wait is None or time.monotonic() + wait >= request.deadline:
                 break
             await asyncio.sleep(wait)
         raise _final_error(request.model, last)
 
     async def _pick(self, request: UpstreamRequest, tried: set[str],
-                    barred: set[str]) -> tuple[ChannelState | None, CapacityHold | None]:
+                    barred: set[str]) -> tuple[Pick | None, CapacityHold | None]:
         if self._limits is None or request.capacity is None:
-            return self._router.pick(request.model, tried, barred), None
-        return await self._limits.pick(self._router, request.capacity, tried, barred)
+            return self._router.route(request.model, tried, barred, request.allowed), None
+        return await self._limits.pick(self._router, request.capacity, tried, barred, request.allowed)
 
     async def release_capacity(self, hold: CapacityHold, used_tokens: int) -> None:
         if self._limits is not None:
             await self._limits.release(hold, used_tokens)
-
-    def _has_other(self, model: str, tried: set[str]) -> bool:
-        return any(c.name not in tried and model in c.config.models and c.healthy for c in self._router.channels)
 
     def _backoff(self, attempt: int, failure: AttemptFailed, other_channel: bool) -> float | None:
         """Full jitter; the upstream's Retry-After only binds a retry of the same channel."""
@@ -167,27 +165,27 @@ class UpstreamClient:
             return max(failure.retry_after, jitter)
         return jitter
 
-    async def _attempt(self, channel: ChannelState, request: UpstreamRequest, attempt: int,
+    async def _attempt(self, pick: Pick, request: UpstreamRequest, attempt: int,
                        headers: dict[str, str]) -> Answer:
+        channel, model, upstream_model = pick.channel, pick.model, pick.upstream_model
         timeouts = channel.timeouts
         # the request's deadline bounds every attempt; a channel's own `total` may bound it tighter
         remaining = min(request.deadline - time.monotonic(), timeouts.total)
         if remaining <= 0:
-            _judge(channel, request.model, None)
+            _judge(channel, model, None)
             raise AttemptFailed(FailureKind.timeout, "the request's deadline passed")
-        upstream_model = channel.config.models[request.model]
         channel.in_flight += 1
-        channel.counters(request.model).attempts += 1
+        channel.counters(model).attempts += 1
         response: aiohttp.ClientResponse | None = None
         failure: AttemptFailed
         try:
             async with asyncio.timeout(min(timeouts.first_token, remaining)):
                 response = await self._send(channel, request, upstream_model, headers)
-                answer = Answer(channel, request.model, upstream_model, response.status, response, attempt)
+                answer = Answer(channel, model, upstream_model, response.status, response, attempt)
                 await self._read_head(answer, request.stream, streams_upstream(channel, request))
                 return answer
         except AttemptFailed as refused:
-            await _give_up(channel, request.model, response, refused)
+            await _give_up(channel, model, response, refused)
             raise
         except TimeoutError as exc:
             # aiohttp's connect timeout is a TimeoutError too: a deadline (504, as nginx and Envoy answer),
@@ -202,9 +200,9 @@ class UpstreamClient:
             failure = AttemptFailed(FailureKind.broken, type(exc).__name__)
         except BaseException:
             # cancelled (client left): no verdict on the channel, but free its slot
-            await _give_up(channel, request.model, response, None)
+            await _give_up(channel, model, response, None)
             raise
-        await _give_up(channel, request.model, response, failure)
+        await _give_up(channel, model, response, failure)
         raise failure
 
     async def _send(self, channel: ChannelState, request: UpstreamRequest, upstream_model: str,

@@ -20,8 +20,9 @@ from quota.records import (
     UsageReport,
     UsageRow,
 )
+from quota.routing_store import RoutingSnapshot, RoutingStore
 from quota.service import QuotaService
-from quota.stores import open_store
+from quota.stores import open_routing_store, open_store
 
 __all__ = [
     "UNSET",
@@ -41,9 +42,12 @@ __all__ = [
     "QuotaService",
     "RateInfo",
     "Reservation",
+    "RoutingSnapshot",
+    "RoutingStore",
     "SubAccount",
     "UsageReport",
     "UsageRow",
     "hash_secret",
+    "open_routing_store",
     "open_store",
 ]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from config.stores import StoreSettings
-from quota.embedded import EmbeddedQuotaService
+from quota.embedded import DB_NAME, EmbeddedQuotaService
+from quota.routing_store import RoutingStore
 from quota.service import QuotaService
+from quota.sqlite_routing import SqliteRouting
 
 
 async def open_store(settings: StoreSettings) -> QuotaService:
@@ -13,3 +15,14 @@ async def open_store(settings: StoreSettings) -> QuotaService:
 
         return await RedisQuotaService.open(settings)
     return EmbeddedQuotaService(settings)
+
+
+def open_routing_store(settings: StoreSettings) -> RoutingStore:
+    """Channel and model-group records, in the same store as the tenancy records."""
+    if settings.redis_url:
+        import redis.asyncio as redis
+
+        from quota.redis_routing import RedisRouting
+
+        return RedisRouting(redis.from_url(settings.redis_url, socket_timeout=settings.redis_timeout))
+    return SqliteRouting(settings.resolved_data_dir() / DB_NAME)

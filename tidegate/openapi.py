@@ -143,9 +143,9 @@ def admin_paths() -> dict[str, Any]:
             **_admin("patch", "Update a sub-account", update, params=[_param("id", "path")])},
         "/admin/usage": _admin("get", "Usage by account, sub-account, key, model and time range", params=[
             _param(p) for p in ("account_id", "sub_account_id", "key_id", "model", "start", "end")]),
-        "/admin/channels": _admin("get", "Channel health, breaker state, in-flight and error rate"),
         **admin_access_paths(),
         **money_paths(),
+        **routing_paths(),
     }
 
 
@@ -186,6 +186,32 @@ def money_paths() -> dict[str, Any]:
             *account, _param("day"), _param("limit")]),
         "/admin/usage/unit-cost": _admin("get", "Cost per million tokens of own channels, per day",
                                    params=[_param("start"), _param("end")]),
+    }
+
+
+def routing_paths() -> dict[str, Any]:
+    """Channels and model groups at run time; a channel's fields are the config file's (api_key write-only)."""
+    channel = {"type": "object", "properties": {
+        "name": {"type": "string"}, "base_url": {"type": "string"}, "api_key": {"type": ["string", "null"]},
+        "models": {"type": "object", "additionalProperties": {"type": "string"}}, "weight": {"type": "number"},
+        "priority": {"type": "integer"}, "max_concurrency": {"type": "integer"},
+        "stream_upstream": {"type": "boolean"}}}
+    target = {"type": "object", "required": ["channel", "model"],
+              "properties": {"channel": {"type": "string"}, "model": {"type": "string"}}}
+    group = {"type": "object", "required": ["targets"], "properties": {
+        "targets": {"type": "array", "items": target}, "fallbacks": {"type": "array", "items": {"type": "string"}}}}
+    name = [_param("name", "path")]
+    return {
+        "/admin/channels": {**_admin("get", "Channels: health, draining, breakers, in-flight, settings"),
+                            **_admin("post", "Add a channel", {**channel, "required": ["name", "base_url", "models"]},
+                                     "201")},
+        "/admin/channels/{name}": {**_admin("get", "One channel", params=name),
+                                   **_admin("patch", "Change a channel's fields", channel, params=name),
+                                   **_admin("delete", "Drain, then remove a channel", ok="202", params=name)},
+        "/admin/model-groups": _admin("get", "Every served model name with its targets and fallbacks"),
+        "/admin/model-groups/{name}": {**_admin("get", "One model group", params=name),
+                                       **_admin("put", "Create or replace a model group", group, params=name),
+                                       **_admin("delete", "Remove a model group", params=name)},
     }
 
 

@@ -27,6 +27,7 @@ from tidegate.secret_files import new_admin_key, secret_file, write_secret
 
 BACKOFF_MAX = 30.0
 STABLE_AFTER = 60.0  # a child that has lived this long gets its backoff reset
+REPLICA_PREFIX = "backend-"  # the channels `tidegate up` owns in the store
 
 
 @dataclass(slots=True)
@@ -99,6 +100,25 @@ def bootstrap_api_key(base_url: str, admin_key: str, key_file: Path) -> tuple[st
     return secret, True
 
 
+def register_replicas(base_url: str, admin_key: str, backends: list[Child], served: str) -> None:
+    """Adds (or points again) a channel per backend replica, and drains those of replicas this run does not have:
+    the store keeps channels across runs, and a run with fewer replicas must not route to the missing ones."""
+    admin = {"Authorization": f"Bearer {admin_key}"}
+    wanted = {b.name: {"base_url": b.health_url.removesuffix("/health") + "/v1", "models": [served]}
+              for b in backends}
+    listed = httpx.get(f"{base_url}/admin/channels", headers=admin, timeout=10).json()["data"]
+    for name, fields in wanted.items():
+        created = httpx.post(f"{base_url}/admin/channels", headers=admin, json={"name": name, **fields}, timeout=10)
+        if created.status_code == 409:
+            httpx.patch(f"{base_url}/admin/channels/{name}", headers=admin, json=fields, timeout=10
+                        ).raise_for_status()
+        else:
+            created.raise_for_status()
+    for row in listed:
+        if row["name"].startswith(REPLICA_PREFIX) and row["name"] not in wanted:
+            httpx.delete(f"{base_url}/admin/channels/{row['name']}", headers=admin, timeout=10)
+
+
 def build_children(args: argparse.Namespace, settings: Settings,
                    data_dir: Path) -> tuple[list[Child], Child, str, bool]:
     logs = data_dir / "logs"
@@ -112,17 +132,13 @@ def build_children(args: argparse.Namespace, settings: Settings,
                          "--threads", str(threads))
         if args.model == "smollm2":
             argv += ["--served-model-name", "smollm2"]
-        backends.append(Child(f"backend-{i + 1}", argv, f"http://127.0.0.1:{port}/health",
+        backends.append(Child(f"{REPLICA_PREFIX}{i + 1}", argv, f"http://127.0.0.1:{port}/health",
                               logs / f"backend-{i + 1}.log"))
     admin_key, created = secret_file(data_dir / "admin_key", new_admin_key())
-    served = "smollm2" if args.model == "smollm2" else Path(args.model).stem
+    # no channels here: the replicas are registered through the admin API once the gateway is up (register_replicas)
     config = {
         "admin_key_file": str(data_dir / "admin_key"),  # the key itself stays out of config files
         "data_dir": str(data_dir),
-        "channels": [
-            {"name": b.name, "base_url": b.health_url.removesuffix("/health") + "/v1", "models": [served]}
-            for b in backends
-        ],
     }
     config_path = data_dir / "up-gateway.yaml"
     config_path.write_text(yaml.safe_dump(config))
@@ -214,8 +230,9 @@ def main(args: argparse.Namespace) -> int:
         gateway.start()
         _wait_healthy([gateway], timeout=60)
         url = f"http://{args.host}:{args.port}"
-        api_key, api_key_created = bootstrap_api_key(url, admin_key, data_dir / "api_key")
         served = "smollm2" if args.model == "smollm2" else Path(args.model).stem
+        register_replicas(url, admin_key, backends, served)
+        api_key, api_key_created = bootstrap_api_key(url, admin_key, data_dir / "api_key")
         # --show-keys: always; --no-show-keys: never (a container log); neither: only the run that created them
         show = args.show_keys
         print_banner(url, ShownKey(admin_key, data_dir / "admin_key", admin_key_created if show is None else show),

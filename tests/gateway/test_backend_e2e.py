@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -145,3 +146,33 @@ async def test_n_choices_pass_through_reserved_and_charged_for_every_choice(
     assert four.usage is not None and four.usage.completion_tokens == 20
     usage = await gateway.usage(key_id=key_id)
     assert usage["completion_tokens"] == 20 and usage["prompt_tokens"] >= four.usage.prompt_tokens
+
+
+async def test_a_first_token_timeout_aborts_the_backends_generation_and_is_not_retried_there(
+        backend_url: str, gateway_for: Callable[..., Awaitable[GatewayHarness]]) -> None:
+    timeouts = {"connect": 2.0, "first_token": 0.2, "idle": 10.0, "total": 60.0}
+    gateway = await gateway_for([], channels=[{"name": "backend", "base_url": backend_url, "models": ["smollm2"],
+                                               "timeouts": timeouts}])
+    _, secret = await gateway.key()
+    origin = backend_url.removesuffix("/v1")
+
+    async def backend(name: str, **labels: str) -> float:
+        async with httpx.AsyncClient(timeout=10) as http:
+            return metric_value((await http.get(origin + "/metrics")).text, name, **labels)
+
+    finished = "tidegate_backend_request_success_total"
+    before = {reason: await backend(finished, finished_reason=reason) for reason in ("abort", "length", "stop")}
+    # a prompt whose prefill alone takes longer than first_token on a CPU
+    body = {"model": "smollm2", "messages": [{"role": "user", "content": "tide " * 3000}], "max_tokens": 200}
+    async with httpx.AsyncClient(timeout=120) as http:
+        answer = await http.post(gateway.url + "/v1/chat/completions", json=body,
+                                 headers={"authorization": f"Bearer {secret}"})
+    assert answer.status_code == 504 and answer.json()["error"]["code"] == "upstream_timeout"
+
+    async def aborted_once() -> bool:
+        return await backend(finished, finished_reason="abort") == before["abort"] + 1
+
+    await wait_until_async(aborted_once, timeout=30, what="the backend aborting the timed-out generation")
+    assert await backend("tidegate_backend_num_requests_running") == 0
+    for reason in ("length", "stop"):  # no second attempt ran there
+        assert await backend(finished, finished_reason=reason) == before[reason]

@@ -229,3 +229,17 @@ def test_an_account_admin_signed_in_sees_and_manages_only_its_own_tenant(stack: 
     expect(by_tenant.nth(1)).to_have_attribute("data-action", "sub-accounts.create")
     assert tenant_key not in page.content()
     steps.shot("owner-sees-the-audit")
+def test_operator_adds_a_channel_then_drains_and_removes_it(stack: LiveStack, page: Page, tmp_path: Path) -> None:
+    steps = Steps(page, tmp_path)
+    sign_in(page, stack.url, ADMIN_KEY)
+    page.fill("#add-channel input[name=name]", "spare")
+    page.fill("#add-channel input[name=base_url]", "http://127.0.0.1:9/v1")
+    page.fill("#add-channel input[name=models]", "spare-model=smollm2")
+    page.click("#add-channel button[type=submit]")
+    row = page.locator("#channels-table tbody tr[data-channel=spare][data-model=spare-model]")
+    expect(row).to_have_count(1)
+    steps.shot("channel-added")
+    row.locator("button.remove").click()
+    expect(row).to_have_count(0, timeout=15_000)  # drained (nothing in flight) and removed
+    expect(page.locator("#channels-table tbody tr[data-channel=local-1]")).to_have_count(1)
+    steps.shot("channel-removed")

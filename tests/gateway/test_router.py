@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from config import Breaker, Channel, Timeouts
+from config import Breaker, Channel, ModelGroup, Target, Timeouts
 from gateway.channels import ChannelState
 from gateway.router import Router
 
@@ -50,3 +50,17 @@ def test_an_excluded_channel_may_be_reused_but_a_barred_one_never() -> None:
     router = Router([only], random.Random(1))
     assert router.pick("m", {"only"}) is only  # a 5xx retry may go back to the only channel
     assert router.pick("m", {"only"}, {"only"}) is None  # a first-token timeout may not
+
+
+def test_a_group_falls_back_to_an_untried_model_before_retrying_and_never_to_one_the_key_may_not_use() -> None:
+    primary, spare = state("primary"), state("spare")
+    groups = {"big": ModelGroup(targets=[Target(channel="primary", model="big-up")], fallbacks=["m"])}
+    router = Router([primary, spare], random.Random(1), groups)
+    assert (router.route("big").channel, router.route("big").model) == (primary, "big")  # type: ignore[union-attr]
+    served = router.route("big", {"primary"})
+    assert served is not None and served.model == "m" and served.upstream_model == "up-m"
+    assert served.channel is spare  # of the fallback's targets (every channel listing "m"), the untried one
+    assert router.route("big", {"primary", "spare"}).model == "big"  # type: ignore[union-attr]  # all tried: retry
+    primary.draining = True
+    assert router.route("big", allowed=lambda model: model == "big") is None
+    assert router.models() == ["big", "m"] and router.has_other("big", {"primary"})

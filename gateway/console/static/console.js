@@ -1,7 +1,7 @@
 // tidegate admin console: sign in, then every read and write goes through the admin API.
 import { KEY_STORAGE, act, api, isTenantAdmin, listOf, state } from "./api.js";
 import { refreshAudit } from "./audit.js";
-import { refreshChannels } from "./channels.js";
+import { addChannel, refreshChannels } from "./channels.js";
 import { $, showError } from "./dom.js";
 import { createAccount, createKey, createSubAccount, openAccount, renderAccounts } from "./tenants.js";
 import { POLL_MS, refreshLive, refreshUsage, renderUsageFilterOptions } from "./usage.js";
@@ -80,6 +80,7 @@ onSubmit("#create-sub-account", createSubAccount);
 onSubmit("#create-key", createKey);
 onSubmit("#usage-filter", refreshUsage);
 onSubmit("#audit-filter", refreshAudit);
+onSubmit("#add-channel", addChannel);
 
 state.onUnauthorized = signOut;
 state.onAccountOpened = () => {
