@@ -75,6 +75,14 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/admin/accounts/{id}/balance"): Rule(EVERYONE, "balance.read", Scope.account),
     ("GET", "/admin/accounts/{id}/requests"): Rule(EVERYONE, "requests.read", Scope.account),
     ("GET", "/admin/usage/unit-cost"): Rule(READERS, "unit-cost.read"),
+    ("POST", "/admin/channels"): Rule(STAFF, "channels.create"),
+    ("GET", "/admin/channels/{name}"): Rule(READERS, "channels.read"),
+    ("PATCH", "/admin/channels/{name}"): Rule(STAFF, "channels.update"),
+    ("DELETE", "/admin/channels/{name}"): Rule(STAFF, "channels.remove"),
+    ("GET", "/admin/model-groups"): Rule(READERS, "model-groups.list"),
+    ("GET", "/admin/model-groups/{name}"): Rule(READERS, "model-groups.read"),
+    ("PUT", "/admin/model-groups/{name}"): Rule(STAFF, "model-groups.set"),
+    ("DELETE", "/admin/model-groups/{name}"): Rule(STAFF, "model-groups.remove"),
 }
 KINDS = {"accounts": Scope.account, "sub-accounts": Scope.sub_account, "keys": Scope.key}
 NOUNS = {Scope.account: "account", Scope.sub_account: "sub-account", Scope.key: "key", Scope.admin_key: "admin key"}
