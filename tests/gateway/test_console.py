@@ -251,6 +251,8 @@ def test_operator_sets_a_price_and_sees_spend_per_sub_account_and_unit_cost_per_
         newest = owner.get("/admin/prices").json()["data"][-1]
         assert (newest["model"], newest["input"], newest["cached_input"], newest["output"]) == ("smollm2", 1, 1, 2)
         steps.shot("price-set")
+        refused = owner.get("/admin/usage/unit-cost", params={"by": "team"})
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "by"
 
     # Spend is priced at admission, so only traffic after the price costs; each request is prompt x 1 + completion x 2.
     spend = {team: sum(Decimal(c.usage.prompt_tokens + 2 * c.usage.completion_tokens) / 10**6
