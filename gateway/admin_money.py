@@ -20,12 +20,13 @@ from quota.money import Price, from_micro
 from quota.prices import parse_price, price_json
 from quota.reports import check_granularity, grouped, parse_group_by, report_csv, report_json
 from quota.request_audit import MAX_LISTED
-from quota.unit_cost import unit_costs
+from quota.unit_cost import unit_costs, unit_costs_by_model
 
 Wrap = Callable[[Callable[[Request], Awaitable[Any]]], Callable[[Request], Awaitable[Response]]]
 EPOCH_DAY = date(1970, 1, 1).toordinal()
 USAGE_FILTERS = ("account_id", "sub_account_id", "key_id", "model", "start", "end")
 USAGE_QUERY = {*USAGE_FILTERS, "granularity", "group_by", "format"}
+UNIT_COSTS = {"channel": unit_costs, "model": unit_costs_by_model}
 
 
 class AdminMoney:
@@ -103,12 +104,16 @@ class AdminMoney:
         return report_json(rows, self._currency)
 
     async def unit_cost(self, request: Request) -> Any:
-        """What a million tokens cost on each own channel per day: its running cost over the tokens it served."""
+        """What a million tokens cost on own channels per day: running cost over the tokens served, per channel
+        or (`by=model`) per model, each channel's running cost split over its models by token share."""
         q = request.query_params
-        reject_unknown(dict(q), {"start", "end"})
+        reject_unknown(dict(q), {"start", "end", "by"})
+        by = q.get("by", "channel")
+        if by not in UNIT_COSTS:
+            raise invalid_request("by must be channel or model", "by")
         report = await self._quota.admin.usage(start=q.get("start"), end=q.get("end"), granularity="day")
         costs = {c.name: c.config.cost_per_hour for c in self._router.channels}
-        return {"object": "list", "currency": self._currency, "data": unit_costs(report.rows, costs)}
+        return {"object": "list", "currency": self._currency, "by": by, "data": UNIT_COSTS[by](report.rows, costs)}
 
 
 def _row_json(row: Any) -> dict[str, Any]:

@@ -30,10 +30,10 @@ class LiveStack:
 
 @contextmanager
 def live_stack(workdir: Path, model_path: Path, gateway: dict[str, Any] | None = None,
-               env: dict[str, str] | None = None) -> Iterator[LiveStack]:
+               env: dict[str, str] | None = None, channel: dict[str, Any] | None = None) -> Iterator[LiveStack]:
     """Backend and gateway (embedded store, revocation seen on the next request) started side by side.
 
-    `gateway` adds to the gateway's YAML config; `env` goes to both processes.
+    `gateway` adds to the gateway's YAML config, `channel` to its one channel's; `env` goes to both processes.
     """
     backend = BackendProcess(model_path, workdir / "backend.log", env=env).launch()
     port = free_port()
@@ -43,7 +43,7 @@ def live_stack(workdir: Path, model_path: Path, gateway: dict[str, Any] | None =
         "data_dir": str(workdir / "data"),
         "auth_cache_ttl": 0,
         "health_check_interval": 0.5,  # the backend turns healthy after the gateway's first check
-        "channels": [{"name": "local-1", "base_url": backend.base_url, "models": ["smollm2"]}],
+        "channels": [{"name": "local-1", "base_url": backend.base_url, "models": ["smollm2"], **(channel or {})}],
         **(gateway or {}),
     }))
     gateway_process = ChildProcess(tidegate_argv("gateway", "--config", str(config), "--port", str(port)),

@@ -2,13 +2,15 @@
 
 An operator signs in, creates a sub-account and a key, sees the key's usage after requests made with it,
 revokes it and sees the next request refused; a wrong admin key is refused; an account admin sees only its own
-tenant. One screenshot per step.
+tenant; an operator sets a price and reads spend per sub-account and unit cost per model beside it. One screenshot
+per step.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import httpx
@@ -27,7 +29,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debi
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[LiveStack]:
-    with live_stack(tmp_path_factory.mktemp("console-stack"), model_path) as running:
+    with live_stack(tmp_path_factory.mktemp("console-stack"), model_path, channel={"cost_per_hour": 2.4}) as running:
         yield running
 
 
@@ -243,3 +245,58 @@ def test_operator_adds_a_channel_then_drains_and_removes_it(stack: LiveStack, pa
     expect(row).to_have_count(0, timeout=15_000)  # drained (nothing in flight) and removed
     expect(page.locator("#channels-table tbody tr[data-channel=local-1]")).to_have_count(1)
     steps.shot("channel-removed")
+
+
+def test_operator_sets_a_price_and_sees_spend_per_sub_account_and_unit_cost_per_model(
+        stack: LiveStack, page: Page, tmp_path: Path) -> None:
+    steps = Steps(page, tmp_path)
+    with httpx.Client(base_url=stack.url, headers={"authorization": f"Bearer {ADMIN_KEY}"}) as owner:
+        account = owner.post("/admin/accounts", json={"name": "finance-co"}).json()["id"]
+        secrets = {}
+        for team in ("retail", "wholesale"):
+            sub = owner.post(f"/admin/accounts/{account}/sub-accounts", json={"name": team}).json()["id"]
+            secrets[team] = owner.post("/admin/keys", json={"sub_account_id": sub}).json()["key"]
+        viewer = owner.post("/admin/admin-keys", json={"role": "viewer"}).json()["key"]
+
+        sign_in(page, stack.url, ADMIN_KEY)
+        page.fill("#set-price input[name=model]", "smollm2")
+        page.fill("#set-price input[name=input]", "1")
+        page.fill("#set-price input[name=output]", "2")
+        page.click("#set-price button[type=submit]")
+        expect(page.locator("#prices-table tbody tr[data-model=smollm2] td.output").first).to_have_text("2")
+        newest = owner.get("/admin/prices").json()["data"][-1]
+        assert (newest["model"], newest["input"], newest["cached_input"], newest["output"]) == ("smollm2", 1, 1, 2)
+        steps.shot("price-set")
+        refused = owner.get("/admin/usage/unit-cost", params={"by": "team"})
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "by"
+
+    # Spend is priced at admission, so only traffic after the price costs; each request is prompt x 1 + completion x 2.
+    spend = {team: sum(Decimal(c.usage.prompt_tokens + 2 * c.usage.completion_tokens) / 10**6
+                       for c in [chat(stack, secrets[team]) for _ in range(runs)] if c.usage)
+             for team, runs in (("retail", 2), ("wholesale", 1))}
+    page.locator("#accounts-table tbody tr", has_text="finance-co").locator("button.open-account").click()
+    page.select_option("#usage-filter select[name=group]", "sub_account")
+    page.select_option("#usage-filter select[name=measure]", "cost")
+    page.click("#usage-filter button[type=submit]")
+    for team, cost in spend.items():
+        expect(page.locator(f"#usage-table tbody tr[data-series={team}] td.cost")).to_have_text(f"{cost:f}")
+        expect(page.locator(f"#usage-chart polyline[data-series={team}]")).to_have_count(1)
+    expect(page.locator("#usage-total td").nth(1)).to_have_text("3")
+    expect(page.locator("#usage-total td.cost")).to_have_text(f"{sum(spend.values()):f}")
+    steps.shot("spend-per-sub-account")
+
+    page.click("#unit-cost-filter button[type=submit]")
+    today = page.locator("#unit-cost-table tbody tr[data-model=smollm2]").last
+    expect(today.locator("td.vendor-output")).to_have_text("2")
+    expect(today.locator("td.vendor-input")).to_have_text("1")
+    cells = [float(t.replace(",", "")) for t in today.locator("td").all_inner_texts()[2:5]]
+    tokens, running, own = cells
+    assert tokens > 0 and running > 0 and own == pytest.approx(running * 1e6 / tokens, rel=1e-3)
+    steps.shot("unit-cost-per-model")
+
+    page.click("#sign-out")
+    sign_in(page, stack.url, viewer)
+    expect(page.locator("#prices-table tbody tr[data-model=smollm2]").first).to_be_visible()
+    expect(page.locator("#unit-cost")).to_be_visible()
+    expect(page.locator("#set-price")).to_be_hidden()  # a viewer may read prices, not set them
+    steps.shot("viewer-reads-prices")

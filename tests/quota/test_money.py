@@ -18,7 +18,7 @@ from quota import Admission, KeyInfo, Level, LimitName, QuotaService, open_store
 from quota.embedded import EmbeddedQuotaService
 from quota.records import UsageRow
 from quota.redis_store import RedisQuotaService
-from quota.unit_cost import unit_costs
+from quota.unit_cost import unit_costs, unit_costs_by_model
 from tests.quota.conftest import make_durable, make_tenant, restart_durable, store_settings
 from tests.servers import RedisServer
 from tests.waiting import wait_until_async
@@ -239,6 +239,21 @@ def test_unit_cost_is_a_days_running_cost_over_the_tokens_served() -> None:
     costs = unit_costs(rows, {"own-gpu": 2.40, "cloud": 0.0}, now=day.timestamp() + 3 * 86400)
     assert costs == [{"day": "2026-03-02", "channel": "own-gpu", "tokens": 180_000_000, "hours": 24.0,
                       "running_cost": 57.6, "cost_per_million_tokens": 0.32}]
+
+
+def test_unit_cost_per_model_splits_each_channels_running_cost_by_token_share() -> None:
+    day = datetime(2026, 3, 2, tzinfo=UTC)
+    rows = [UsageRow(day, "a", None, "k", "smollm2", 100_000_000, 20_000_000, 9, channel="own-gpu"),
+            UsageRow(day, "a", None, "k", "qwen", 50_000_000, 10_000_000, 5, channel="own-gpu"),
+            UsageRow(day, "a", None, "k", "qwen", 30_000_000, 10_000_000, 4, channel="own-cpu"),
+            UsageRow(day, "a", None, "k", "gpt", 5, 5, 1, channel="cloud")]
+    costs = unit_costs_by_model(rows, {"own-gpu": 2.40, "own-cpu": 0.50, "cloud": 0.0},
+                                now=day.timestamp() + 3 * 86400)
+    # own-gpu: 57.60 over 180M tokens (120M smollm2, 60M qwen); own-cpu: 12.00 over 40M, all qwen
+    assert costs == [{"day": "2026-03-02", "model": "qwen", "tokens": 100_000_000, "running_cost": 31.2,
+                      "cost_per_million_tokens": 0.312},
+                     {"day": "2026-03-02", "model": "smollm2", "tokens": 120_000_000, "running_cost": 38.4,
+                      "cost_per_million_tokens": 0.32}]
 
 
 async def test_a_local_budget_policy_prices_requests_from_what_it_last_read_while_redis_is_down(

@@ -10,6 +10,7 @@ export const state = {
   account: null,
   subAccounts: [],
   keys: [],
+  prices: [], // every price ever set, oldest first, from GET /admin/prices
   liveSamples: new Map(), // entity id -> [{t, requests, tokens}] cumulative totals, for rates by difference
   liveSince: null,
   liveOpenedAt: 0,

@@ -3,6 +3,7 @@ import { KEY_STORAGE, act, api, isTenantAdmin, listOf, state } from "./api.js";
 import { refreshAudit } from "./audit.js";
 import { addChannel, refreshChannels } from "./channels.js";
 import { $, showError } from "./dom.js";
+import { canSetPrices, refreshMoney, refreshUnitCost, setPrice } from "./money.js";
 import { createAccount, createKey, createSubAccount, openAccount, renderAccounts } from "./tenants.js";
 import { POLL_MS, refreshLive, refreshUsage, renderUsageFilterOptions } from "./usage.js";
 
@@ -26,7 +27,8 @@ async function signIn(adminKey) {
   showRole();
   renderAccounts();
   if (isTenantAdmin()) await act(() => openAccount(state.me.account_id));
-  await act(() => Promise.all([refreshChannelsIfShown(), refreshUsage(), isTenantAdmin() ? null : refreshAudit()]));
+  await act(() => Promise.all([refreshChannelsIfShown(), refreshUsage(), refreshMoney(),
+    isTenantAdmin() ? null : refreshAudit()]));
   state.timer = setInterval(poll, POLL_MS);
 }
 
@@ -35,7 +37,8 @@ function showRole() {
   const tenant = isTenantAdmin();
   $("#whoami").textContent = `${state.me.role}${tenant ? ` of ${state.accounts[0]?.name ?? state.me.account_id}` : ""}`;
   $("#create-account").hidden = tenant;
-  for (const part of ["#channels", "#nav-channels", "#audit", "#nav-audit"]) $(part).hidden = tenant;
+  for (const part of ["#channels", "#nav-channels", "#audit", "#nav-audit", "#unit-cost"]) $(part).hidden = tenant;
+  $("#set-price").hidden = !canSetPrices();
   document.body.dataset.role = state.me.role;
 }
 
@@ -46,7 +49,7 @@ function refreshChannelsIfShown() {
 function signOut(message) {
   clearInterval(state.timer);
   sessionStorage.removeItem(KEY_STORAGE);
-  Object.assign(state, { adminKey: null, me: null, account: null, accounts: [], keys: [], subAccounts: [], timer: null });
+  Object.assign(state, { adminKey: null, me: null, account: null, accounts: [], keys: [], subAccounts: [], prices: [], timer: null });
   state.liveSamples.clear();
   $("#app").hidden = true;
   $("#nav").hidden = true;
@@ -81,6 +84,8 @@ onSubmit("#create-key", createKey);
 onSubmit("#usage-filter", refreshUsage);
 onSubmit("#audit-filter", refreshAudit);
 onSubmit("#add-channel", addChannel);
+onSubmit("#set-price", setPrice);
+onSubmit("#unit-cost-filter", refreshUnitCost);
 
 state.onUnauthorized = signOut;
 state.onAccountOpened = () => {

@@ -55,25 +55,36 @@ export async function refreshUsage() {
   });
   const series = new Map();
   const totals = new Map();
+  const overall = emptyTotals();
   for (const row of rows) {
     const name = seriesName(row, group);
     if (!series.has(name)) series.set(name, new Array(times.length).fill(0));
     const bucket = Math.min(times.length - 1, Math.max(0, Math.floor((row.t - first) / step)));
     series.get(name)[bucket] += row[measure];
-    const total = totals.get(name) ?? { requests: 0, prompt_tokens: 0, completion_tokens: 0, total_tokens: 0, cost: 0 };
-    for (const field of Object.keys(total)) total[field] += row[field];
-    totals.set(name, total);
+    if (!totals.has(name)) totals.set(name, emptyTotals());
+    for (const total of [totals.get(name), overall]) {
+      for (const field of Object.keys(total)) total[field] += row[field];
+    }
   }
   $("#usage-chart").replaceChildren(lineChart(times, series, measure === "cost" ? formatMoney : formatNumber));
-  fillRows($("#usage-table"), [...totals].map(([name, t]) => el("tr", { "data-series": name },
+  fillRows($("#usage-table"), [...totals].map(([name, t]) => totalsRow(name, t, { "data-series": name })));
+  $("#usage-table tfoot").replaceChildren(totalsRow("Total", overall, { id: "usage-total" }));
+}
+
+function emptyTotals() {
+  return { requests: 0, prompt_tokens: 0, completion_tokens: 0, total_tokens: 0, cost: 0 };
+}
+
+function totalsRow(name, t, attrs) {
+  return el("tr", attrs,
     el("td", {}, name), el("td", {}, formatNumber(t.requests)), el("td", {}, formatNumber(t.prompt_tokens)),
     el("td", {}, formatNumber(t.completion_tokens)), el("td", {}, formatNumber(t.total_tokens)),
-    el("td", { class: "cost" }, formatMoney(t.cost)))));
+    el("td", { class: "cost" }, formatMoney(t.cost)));
 }
 
 // An inline SVG line chart: one polyline per series over shared time buckets.
 function lineChart(times, series, format) {
-  const width = 800, height = 220, left = 50, bottom = 24, top = 10;
+  const width = 800, height = 220, left = 64, bottom = 24, top = 10;  // room for 6-decimal spend labels
   const max = Math.max(0, ...[...series.values()].flat()) || 1;  // spend is often below 1
   const x = (i) => left + (i / Math.max(1, times.length - 1)) * (width - left - 10);
   const y = (v) => top + (1 - v / max) * (height - top - bottom);
