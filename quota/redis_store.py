@@ -24,20 +24,18 @@ from limiter import compose
 from quota import redis_keys as rk
 from quota.admin import QuotaAdmin
 from quota.admin_keys import AdminKeys
+from quota.admit_reply import quota_of, window_of
 from quota.audit import AuditLog
 from quota.local_admission import Charge, LocalAdmission, reservation_id
 from quota.money import Budget, Quote, Spend
 from quota.money_admin import MoneyAdmin
 from quota.quotes import Quoter, settled_cost
 from quota.records import (
-    QUOTA_FIELDS,
     Admission,
     ApiKey,
-    Bucket,
     KeyInfo,
     Level,
     LimitName,
-    Quota,
     RateInfo,
     Reservation,
 )
@@ -196,7 +194,7 @@ class RedisQuotaService(QuotaService):
         money = reply[money_at:money_at + 2 * len(plan.levels)]
         charges = _charges(plan, reply[13:money_at], money[0::2])
         plan.balance = reply[money_at + 2 * len(plan.levels)] == "1"
-        rate = RateInfo(*_window(reply[7:10]), *_window(reply[10:13]))
+        rate = RateInfo(*window_of(reply[7:10]), *window_of(reply[10:13]))
         if not admitted:
             limit = MONEY_CODES[code] if code in MONEY_CODES else LIMIT_CODES[code - 1]
             return Admission(False, None, plan.levels[level - 1][0], limit, wait_ms / 1000, rate)
@@ -326,11 +324,6 @@ class RedisQuotaService(QuotaService):
             await self._r.aclose(close_connection_pool=True)  # the pool was made here, not by the client
 
 
-def _window(limit_remaining_reset: list[int]) -> tuple[int | None, int | None, float | None]:
-    limit, remaining, reset_ms = limit_remaining_reset
-    return (None, None, None) if limit < 0 else (limit, remaining, reset_ms / 1000)
-
-
 def _charges(plan: _KeyPlan, raw: list[str], budgets: list[str]) -> list[Charge]:
     """The quotas the script read ('-' is unlimited), kept for the fallback; rebuilt only when they change."""
     if plan.raw_quotas != raw + budgets or plan.charges is None:
@@ -338,17 +331,7 @@ def _charges(plan: _KeyPlan, raw: list[str], budgets: list[str]) -> list[Charge]
         count = len(plan.levels)
         values = [None if v == "-" else int(v) for v in raw[:count * 5]]
         buckets = [None if v == "-" else float(v) for v in raw[count * 5:count * 9]]
-        plan.charges = [Charge(level, level_id, _quota(values[i * 5:i * 5 + 5], buckets[i * 4:i * 4 + 4],
+        plan.charges = [Charge(level, level_id, quota_of(values[i * 5:i * 5 + 5], buckets[i * 4:i * 4 + 4],
                                                        None if budgets[i] == "-" else Budget.of_spec(budgets[i])))
                         for i, (level, level_id) in enumerate(plan.levels)]
     return plan.charges
-
-
-def _quota(limits: list[int | None], buckets: list[float | None], budget: Budget | None) -> Quota:
-    """A level's quota from the script's five limits, its buckets' (rate, burst) pairs and its budget."""
-    request_rate, request_burst, token_rate, token_burst = buckets
-    return replace(
-        Quota(), **dict(zip(QUOTA_FIELDS, limits, strict=True)), budget=budget,
-        request_bucket=None if request_rate is None or request_burst is None else Bucket(request_rate,
-                                                                                          int(request_burst)),
-        token_bucket=None if token_rate is None or token_burst is None else Bucket(token_rate, int(token_burst)))
