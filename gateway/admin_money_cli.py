@@ -29,11 +29,13 @@ def add_money_arguments(sub: Any) -> None:
     unit = sub.add_parser("unit-cost", help="cost per million tokens of own channels, per day")
     unit.add_argument("--start")
     unit.add_argument("--end")
+    unit.add_argument("--by", choices=["channel", "model"], help="per own channel (default) or per model served")
 
 
 def money_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None, dict[str, str]]:
     if args.resource == "unit-cost":
-        return "GET", "/admin/usage/unit-cost", None, {n: getattr(args, n) for n in ("start", "end") if getattr(args, n)}
+        return "GET", "/admin/usage/unit-cost", None, {n: getattr(args, n) for n in ("start", "end", "by")
+                                                       if getattr(args, n)}
     if args.resource == "prices":
         if args.action == "list":
             return "GET", "/admin/prices", None, {}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -13,6 +12,7 @@ import httpx
 from config import Breaker as BreakerSettings
 from config import Channel, Timeouts
 from gateway.breaker import CircuitBreaker
+from gateway.periodic import Periodic
 from tidegate.url_credentials import redact_url, split_credentials
 
 log = logging.getLogger("tidegate.gateway.channels")
@@ -101,31 +101,20 @@ class HealthChecker:
     def __init__(self, channels: list[ChannelState], interval: float, client: httpx.AsyncClient,
                  timeout: float = 2.0, unhealthy_threshold: int = 3):
         self._channels = channels
-        self._interval = interval
         self._client = client
         self._timeout = timeout
         self._threshold = unhealthy_threshold
-        self._task: asyncio.Task[None] | None = None
+        # channels may be added at run time, so the loop runs even when none has a health path yet
+        self._poller = Periodic("channel-health", interval, self.check_all, wait_first=True)
 
     def start(self) -> None:
-        # channels may be added at run time, so the loop runs even when none has a health path yet
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="channel-health")
+        self._poller.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._poller.stop()
 
     async def check_all(self) -> None:
         await asyncio.gather(*(self._check(c) for c in self._channels))
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            await self.check_all()
 
     async def _check(self, channel: ChannelState) -> None:
         url = channel.health_url()

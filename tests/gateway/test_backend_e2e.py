@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib.util
 import json
 from collections.abc import Awaitable, Callable
@@ -19,6 +20,12 @@ from tests.waiting import wait_until_async
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("backend.server") is None,
                                 reason="backend/server.py has not landed")
+
+
+async def backend_metric(backend_url: str, name: str, **labels: str) -> float:
+    """A sample from the backend's own /metrics."""
+    async with httpx.AsyncClient(timeout=10) as http:
+        return metric_value((await http.get(backend_url.removesuffix("/v1") + "/metrics")).text, name, **labels)
 
 
 async def test_chat_and_completions_through_the_gateway_settle_the_backends_usage(
@@ -77,12 +84,7 @@ async def test_an_assembled_answer_matches_the_backends_own_non_streamed_answer(
 async def test_a_client_that_leaves_an_assembled_answer_aborts_the_backends_generation(
         backend_url: str, backend_gateway: GatewayHarness) -> None:
     _, secret = await backend_gateway.key()
-    origin = backend_url.removesuffix("/v1")
-
-    async def backend(name: str, **labels: str) -> float:
-        async with httpx.AsyncClient(timeout=10) as http:
-            return metric_value((await http.get(origin + "/metrics")).text, name, **labels)
-
+    backend = functools.partial(backend_metric, backend_url)
     aborted = "tidegate_backend_request_success_total"
     before = await backend(aborted, finished_reason="abort")
     body = {"model": "smollm2", "messages": [{"role": "user", "content": "Tell a long story."}],
@@ -154,12 +156,7 @@ async def test_a_first_token_timeout_aborts_the_backends_generation_and_is_not_r
     gateway = await gateway_for([], channels=[{"name": "backend", "base_url": backend_url, "models": ["smollm2"],
                                                "timeouts": timeouts}])
     _, secret = await gateway.key()
-    origin = backend_url.removesuffix("/v1")
-
-    async def backend(name: str, **labels: str) -> float:
-        async with httpx.AsyncClient(timeout=10) as http:
-            return metric_value((await http.get(origin + "/metrics")).text, name, **labels)
-
+    backend = functools.partial(backend_metric, backend_url)
     finished = "tidegate_backend_request_success_total"
     before = {reason: await backend(finished, finished_reason=reason) for reason in ("abort", "length", "stop")}
     # a prompt whose prefill alone takes longer than first_token on a CPU

@@ -153,6 +153,8 @@ async def test_the_admin_cli_sets_prices_tops_up_and_exports_usage_as_csv(
     await gateway.client(secret).completions.create(model="smollm2", prompt="a", max_tokens=2)
     exported = await cli("usage", "--group-by", "account,model", "--granularity", "month", "--format", "csv")
     assert exported.splitlines()[1].split(",")[1:3] == [account_id, "smollm2"]
+    per_model = json.loads(await cli("unit-cost", "--by", "model"))
+    assert per_model["by"] == "model"
 
 
 async def test_forty_concurrent_requests_through_two_gateway_replicas_spend_exactly_a_budget_for_25(

@@ -299,4 +299,6 @@ def test_operator_sets_a_price_and_sees_spend_per_sub_account_and_unit_cost_per_
     expect(page.locator("#prices-table tbody tr[data-model=smollm2]").first).to_be_visible()
     expect(page.locator("#unit-cost")).to_be_visible()
     expect(page.locator("#set-price")).to_be_hidden()  # a viewer may read prices, not set them
+    for write in ("#create-account", "#add-channel", "#accounts-table .edit-quota", "#channels-table .remove"):
+        expect(page.locator(write).first).to_be_hidden()  # nor change anything else
     steps.shot("viewer-reads-prices")
