@@ -27,4 +27,4 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: model lint
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q --durations=25
