@@ -56,6 +56,8 @@ class BackendSettings(EngineSettings):
         "tidegate's measured table), none, or the path of a generation_config.json")
     override_generation_config: str | None = Field(
         default=None, description='JSON object of sampling defaults over those, e.g. \'{"temperature": 0}\'')
+    drain_timeout: float = Field(
+        default=5.0, gt=0, description="seconds SIGTERM waits for requests in flight before it cuts them")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     tracing: Tracing = Field(
         default_factory=Tracing, description="spans per request; service name tidegate-backend")

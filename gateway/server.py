@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 from typing import Any
 
 import uvicorn
@@ -25,8 +26,18 @@ def main(args: argparse.Namespace) -> int:
     with settings_for_workers(settings):
         uvicorn.run("gateway.app:create_app_from_env", factory=True, host=settings.host, port=settings.port,
                     workers=settings.workers, log_level=settings.log_level, access_log=False,
-                    timeout_graceful_shutdown=5, **uvicorn_options(settings))
+                    timeout_graceful_shutdown=drain_seconds(settings), **uvicorn_options(settings))
     return 0
+
+
+def drain_seconds(settings: GatewaySettings) -> int:
+    """How long SIGTERM waits for requests in flight: the longest total deadline of any configured channel.
+
+    The listener closes at once; a stream still running after this is cut (a Kubernetes grace period should
+    cover it, see deploy/).
+    """
+    totals = [settings.timeouts.total, *(settings.channel_timeouts(c).total for c in settings.channels)]
+    return math.ceil(max(totals))
 
 
 def uvicorn_options(settings: GatewaySettings) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -177,7 +178,8 @@ def main(args: argparse.Namespace) -> int:
     # the gateway's guarded protocol: a header deadline, a header size cap and a connection cap, at its defaults
     server = uvicorn.Server(uvicorn.Config(backend.app, host=settings.host, port=settings.port,
                                            log_level=settings.log_level, access_log=False, lifespan="on",
-                                           timeout_graceful_shutdown=5, http=GuardedHttpProtocol))
+                                           timeout_graceful_shutdown=math.ceil(settings.drain_timeout),
+                                           http=GuardedHttpProtocol))
 
     def stop() -> None:
         server.should_exit = True
