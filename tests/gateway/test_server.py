@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -20,20 +22,26 @@ from tests.servers import RedisServer, free_port, wait_for_health
 Start = Callable[..., Awaitable[MockUpstream]]
 
 
+def start_gateway(config: dict[str, object], workdir: Path, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
+    """A `tidegate gateway` process from a YAML config, and its URL once healthy."""
+    port = free_port()
+    path = workdir / f"gateway-{port}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proc = subprocess.Popen([sys.executable, "-m", "tidegate.cli", "gateway", "--config", str(path),
+                             "--port", str(port), *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    wait_for_health(url + "/health", timeout=60, proc=proc)
+    return proc, url
+
+
 @pytest.fixture
 def spawn_gateway(tmp_path: Path) -> Iterator[Callable[..., str]]:
     """Starts `tidegate gateway` processes from a YAML config; returns each one's URL once healthy."""
     procs: list[subprocess.Popen[bytes]] = []
 
     def spawn(config: dict[str, object], *flags: str) -> str:
-        port = free_port()
-        path = tmp_path / f"gateway-{port}.yaml"
-        path.write_text(yaml.safe_dump(config))
-        proc = subprocess.Popen([sys.executable, "-m", "tidegate.cli", "gateway", "--config", str(path),
-                                 "--port", str(port), *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc, url = start_gateway(config, tmp_path, *flags)
         procs.append(proc)
-        url = f"http://127.0.0.1:{port}"
-        wait_for_health(url + "/health", timeout=60, proc=proc)
         return url
 
     yield spawn
@@ -89,3 +97,36 @@ async def test_two_gateways_sharing_redis_admit_exactly_the_rpm_under_200_concur
             await asyncio.sleep(0.05)
         elapsed = asyncio.get_running_loop().time() - started
         assert 10 + 2 * (elapsed - 1.0) - 1 <= admitted <= 10 + 2 * elapsed + 1
+
+
+async def test_sigterm_stops_accepting_but_lets_a_stream_in_flight_finish(upstreams: Start, tmp_path: Path) -> None:
+    # a stream of about 7 s: longer than uvicorn's 5 s default drain, well within timeouts.total
+    upstream = await upstreams(chunk_delay=0.9)
+    config = {"admin_key": ADMIN_KEY, "data_dir": str(tmp_path), "health_check_interval": 60, "log_level": "warning",
+              "channels": [{"name": "mock", "base_url": upstream.base_url, "models": ["smollm2"]}]}
+    proc, url = await asyncio.to_thread(start_gateway, config, tmp_path)
+    try:
+        admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+        async with httpx.AsyncClient(timeout=60) as http:
+            account = (await http.post(f"{url}/admin/accounts", json={"name": "a"}, headers=admin)).json()
+            secret = (await http.post(f"{url}/admin/keys", json={"account_id": account["id"]},
+                                      headers=admin)).json()["key"]
+            body = {"model": "smollm2", "prompt": "hi", "max_tokens": 8, "stream": True}
+            async with http.stream("POST", f"{url}/v1/completions", json=body,
+                                   headers={"authorization": f"Bearer {secret}"}) as response:
+                lines = response.aiter_lines()
+                received = [await anext(lines)]
+                proc.terminate()
+                await asyncio.sleep(0.5)  # the signal is handled on the gateway's event loop
+                with pytest.raises(httpx.ConnectError):
+                    await http.get(f"{url}/health")
+                received += [line async for line in lines]
+        events = [line.removeprefix("data: ") for line in received if line.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        assert "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1] if json.loads(e)["choices"]) \
+            == "".join(f"t{i} " for i in range(8))
+        # uvicorn raises the signal again once its shutdown is complete, as a process killed by it would end
+        assert await asyncio.to_thread(proc.wait, 30) == -signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
