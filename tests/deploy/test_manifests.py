@@ -1,4 +1,4 @@
-"""deploy/: every manifest valid for Kubernetes, and every port, probe, flag and variable one the tiers really have."""
+"""deploy/: every manifest valid for Kubernetes; every port, probe, flag and variable one the tiers really have."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_every_rendered_manifest_is_valid_for_kubernetes(manifests: dict[str, Ma
 def test_gateway_starts_from_its_config_map_secret_and_env(manifests: dict[str, Manifests], tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     rendered = manifests["base"]
-    settings, _ = gateway_settings(rendered, tmp_path, monkeypatch)
+    settings = gateway_settings(rendered, tmp_path, monkeypatch)
     container = rendered.container(GATEWAY)
     assert settings.port == port_named(container, "http")
     assert settings.host == "0.0.0.0"
@@ -59,11 +59,10 @@ def test_gateway_starts_from_its_config_map_secret_and_env(manifests: dict[str, 
     assert "admin_key" in (DEPLOY / "base" / "secrets" / ".gitignore").read_text().split()
 
 
-def test_gateway_reaches_redis_and_the_backends_through_their_services(manifests: dict[str, Manifests],
-                                                                       tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gateway_reaches_redis_and_the_backends_through_their_services(
+        manifests: dict[str, Manifests], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rendered = manifests["base"]
-    settings, _ = gateway_settings(rendered, tmp_path, monkeypatch)
+    settings = gateway_settings(rendered, tmp_path, monkeypatch)
     assert settings.redis_url is not None
     redis = urlsplit(settings.redis_url)
     assert (redis.hostname, redis.port) == service_address(rendered, "tidegate-redis")
@@ -78,11 +77,10 @@ def test_gateway_reaches_redis_and_the_backends_through_their_services(manifests
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_the_backend_channel_admits_what_the_largest_backend_fleet_can_run(manifests: dict[str, Manifests],
-                                                                          variant: str, tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_backend_channel_admits_what_the_largest_backend_fleet_can_run(
+        manifests: dict[str, Manifests], variant: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rendered = manifests[variant]
-    settings, _ = gateway_settings(rendered, tmp_path, monkeypatch)
+    settings = gateway_settings(rendered, tmp_path, monkeypatch)
     fleet = rendered.one("HorizontalPodAutoscaler", BACKEND)["spec"]["maxReplicas"]
     assert settings.channels[0].max_concurrency >= fleet * backend_settings(rendered).max_num_seqs
 
@@ -97,7 +95,8 @@ def test_backend_args_are_the_real_cli_flags_and_match_the_image(manifests: dict
     assert settings.device == ("cuda" if variant == "overlays/gpu" else "cpu")
     # the named model is baked into the image: a new replica downloads nothing
     assert f"tidegate model pull {settings.model}" in DOCKERFILE
-    exposed = {int(p) for line in DOCKERFILE.splitlines() if line.startswith("EXPOSE") for p in line.split()[1:]}
+    exposed = {int(port) for line in DOCKERFILE.splitlines() if line.startswith("EXPOSE")
+               for port in line.split()[1:]}
     assert {settings.port, port_named(rendered.container(GATEWAY), "http")} <= exposed
     if settings.device == "cpu":
         assert settings.threads == int(container["resources"]["requests"]["cpu"])
@@ -124,7 +123,7 @@ def test_grace_periods_cover_the_pre_stop_pause_and_the_whole_drain(manifests: d
                                                                     tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     rendered = manifests["base"]
-    gateway, _ = gateway_settings(rendered, tmp_path, monkeypatch)
+    gateway = gateway_settings(rendered, tmp_path, monkeypatch)
     backend = backend_settings(rendered)
     assert backend.drain_timeout >= gateway.timeouts.total, "a backend cut before the gateway's deadline"
     for name, drain in ((GATEWAY, drain_seconds(gateway)), (BACKEND, backend.drain_timeout)):
@@ -154,10 +153,11 @@ def test_services_budgets_and_autoscalers_point_at_real_workloads(manifests: dic
     for hpa in rendered.of_kind("HorizontalPodAutoscaler"):
         target = hpa["spec"]["scaleTargetRef"]
         assert rendered.one(target["kind"], target["name"])
-        assert 2 <= hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"], "one replica cannot drain safely"
+        assert 2 <= hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"], "one replica cannot drain"
 
 
-def test_backend_autoscaler_reads_the_queue_depth_the_backends_export(manifests: dict[str, Manifests]) -> None:
+def test_backend_autoscaler_reads_the_queue_depth_the_backends_export(
+        manifests: dict[str, Manifests]) -> None:
     rendered = manifests["base"]
     [metric] = rendered.one("HorizontalPodAutoscaler", BACKEND)["spec"]["metrics"]
     served_as = metric["pods"]["metric"]["name"]
@@ -175,8 +175,9 @@ def test_backend_autoscaler_reads_the_queue_depth_the_backends_export(manifests:
     pod = rendered.one("Deployment", BACKEND)["spec"]["template"]
     annotations = pod["metadata"]["annotations"]
     assert int(annotations["prometheus.io/port"]) == port_named(pod["spec"]["containers"][0], "http")
-    server = BackendServer(BackendSettings(), Path("unloaded.gguf"), "smollm2")  # the model loads only when served
-    assert annotations["prometheus.io/path"] in {route.path for route in server.app.routes if isinstance(route, Route)}
+    server = BackendServer(BackendSettings(), Path("unloaded.gguf"), "smollm2")  # loads only when served
+    routes = {route.path for route in server.app.routes if isinstance(route, Route)}
+    assert annotations["prometheus.io/path"] in routes
     # vLLM replicas behind the same gateway are served by their own rule under a name without a colon
     assert any(r["seriesQuery"].startswith("vllm:num_requests_waiting{") for r in rules)
 
@@ -191,8 +192,8 @@ def test_gpu_overlay_gives_each_backend_one_gpu_and_the_cuda_image(manifests: di
 
 
 def gateway_settings(rendered: Manifests, tmp_path: Path,
-                     monkeypatch: pytest.MonkeyPatch) -> tuple[GatewaySettings, dict[str, str]]:
-    """What the gateway container starts with: its args through the real CLI, its mounted files and its env."""
+                     monkeypatch: pytest.MonkeyPatch) -> GatewaySettings:
+    """What the gateway container starts with: its args through the real CLI, its mounted files, its env."""
     container = rendered.container(GATEWAY)
     mounts = mounted_files(rendered, GATEWAY, tmp_path)
     env = {var["name"]: var["value"] for var in container.get("env", [])}
@@ -203,8 +204,7 @@ def gateway_settings(rendered: Manifests, tmp_path: Path,
     args = parse_exactly(argv)
     settings = settings_from_args(args, "gateway", args.setting_fields).gateway
     assert settings.admin_key_file is not None
-    settings = settings.model_copy(update={"admin_key_file": Path(mounts[str(settings.admin_key_file)])})
-    return settings, env
+    return settings.model_copy(update={"admin_key_file": Path(mounts[str(settings.admin_key_file)])})
 
 
 def backend_settings(rendered: Manifests) -> BackendSettings:
@@ -224,7 +224,7 @@ def parse_exactly(argv: list[str]) -> argparse.Namespace:
 
 
 def mounted_files(rendered: Manifests, deployment: str, tmp_path: Path) -> dict[str, str]:
-    """Each file a ConfigMap or Secret volume puts in the container, written under tmp_path: {path in pod: here}."""
+    """Each file a ConfigMap or Secret volume mounts, written under tmp_path: {path in the pod: path here}."""
     pod = rendered.one("Deployment", deployment)["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     files = {}
@@ -244,7 +244,7 @@ def mounted_files(rendered: Manifests, deployment: str, tmp_path: Path) -> dict[
 
 
 def setting_of(env_name: str) -> bool:
-    """Whether TIDEGATE_A__B names a scalar setting (unknown or single-underscore names are silently ignored)."""
+    """Whether TIDEGATE_A__B names a setting (pydantic silently ignores unknown or single-underscore names)."""
     model: type[BaseModel] = Settings
     *sections, leaf = env_name.removeprefix("TIDEGATE_").lower().split("__")
     for section in sections:

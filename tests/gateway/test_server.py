@@ -99,10 +99,12 @@ async def test_two_gateways_sharing_redis_admit_exactly_the_rpm_under_200_concur
         assert 10 + 2 * (elapsed - 1.0) - 1 <= admitted <= 10 + 2 * elapsed + 1
 
 
-async def test_sigterm_stops_accepting_but_lets_a_stream_in_flight_finish(upstreams: Start, tmp_path: Path) -> None:
+async def test_sigterm_stops_accepting_but_lets_a_stream_in_flight_finish(upstreams: Start,
+                                                                           tmp_path: Path) -> None:
     # a stream of about 7 s: longer than uvicorn's 5 s default drain, well within timeouts.total
     upstream = await upstreams(chunk_delay=0.9)
-    config = {"admin_key": ADMIN_KEY, "data_dir": str(tmp_path), "health_check_interval": 60, "log_level": "warning",
+    config = {"admin_key": ADMIN_KEY, "data_dir": str(tmp_path), "health_check_interval": 60,
+              "log_level": "warning",
               "channels": [{"name": "mock", "base_url": upstream.base_url, "models": ["smollm2"]}]}
     proc, url = await asyncio.to_thread(start_gateway, config, tmp_path)
     try:
