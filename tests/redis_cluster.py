@@ -69,6 +69,11 @@ class RedisClusterServers:
                 return node
         raise LookupError(f"no master serves slot {slot}")
 
+    def flush(self) -> None:
+        for node in self.masters():
+            with redis.Redis(port=node.port, socket_timeout=5) as client:
+                client.flushall()
+
     def restart(self, node: RedisServer) -> None:
         """Brings a killed node back (it rejoins as a replica) and waits for the cluster to settle."""
         node.start()
