@@ -74,6 +74,24 @@ class RedisClusterServers:
             with redis.Redis(port=node.port, socket_timeout=5) as client:
                 client.flushall()
 
+    def move_slot(self, key: str, target: RedisServer, *, finish: bool) -> None:
+        """Migrates `key`'s slot with its keys to `target`, as `redis-cli --cluster reshard` does; `finish=False`
+        stops while the slot is still migrating, so clients get ASK, and `finish=True` completes it (MOVED)."""
+        slot, source = key_slot(key.encode()), self.master_of(key)
+        with redis.Redis(port=source.port, socket_timeout=5) as src, \
+                redis.Redis(port=target.port, socket_timeout=5) as dst:
+            source_id, target_id = _text(src.execute_command("CLUSTER", "MYID")), \
+                _text(dst.execute_command("CLUSTER", "MYID"))
+            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+            keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
+            if keys:
+                src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+            if finish:
+                for node in self.masters():
+                    with redis.Redis(port=node.port, socket_timeout=5) as client:
+                        client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+
     def restart(self, node: RedisServer) -> None:
         """Brings a killed node back (it rejoins as a replica) and waits for the cluster to settle."""
         node.start()
