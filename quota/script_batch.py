@@ -10,6 +10,7 @@ instead: redis-py splits it by node (each call's keys lie in one slot) and follo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ from redis.exceptions import (
     TimeoutError,
 )
 
+from limiter import REDIS_DOWN
 from quota.redis_client import RedisClient
 
 MAX_BATCH = 512
@@ -136,8 +138,15 @@ async def _write_to_cluster(client: RedisCluster, batch: list[_Call]) -> list[An
     try:
         results = list(await pipe.execute(raise_on_error=False))
     except TOPOLOGY_ERRORS:
-        await client.aclose()  # the store fails fast without a retry, so the next call must re-read the slots
+        await _reread_slots(client)
         raise
     if any(isinstance(result, TOPOLOGY_ERRORS) for result in results):
-        await client.aclose()
+        await _reread_slots(client)
     return results
+
+
+async def _reread_slots(client: RedisCluster) -> None:
+    """The store fails fast, without redis-py's retries, which are what re-read the slot map after a failover:
+    so read it here, and the next try goes to the replica that took over. Other nodes' connections stay."""
+    with contextlib.suppress(*REDIS_DOWN):
+        await client.nodes_manager.initialize()
