@@ -5,7 +5,9 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from config.redis_url import cluster_url
 
 
 class OnRedisDown(StrEnum):
@@ -47,6 +49,13 @@ class StoreSettings(BaseModel):
     audit_retention_days: float = Field(default=365.0, gt=0)
     # Per-request records (ids, tokens, cost, outcome; never content) are kept this many days; 0: none.
     request_records_retention_days: int = Field(default=30, ge=0, le=3660)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _cluster_seeds_parse(cls, url: str | None) -> str | None:
+        if url is not None:
+            cluster_url(url)  # a malformed seed list fails at start-up, not at the first request
+        return url
 
     def resolved_data_dir(self) -> Path:
         return self.data_dir.expanduser()

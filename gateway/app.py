@@ -9,7 +9,6 @@ from http import HTTPStatus
 
 import aiohttp
 import httpx
-import redis.asyncio as redis
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -37,7 +36,7 @@ from gateway.tracing import setup_tracing
 from gateway.upstream import UpstreamClient
 from gateway.worker_settings import read_worker_settings
 from limiter import MemoryCapacity, RedisCapacity
-from quota import QuotaService, open_routing_store, open_store
+from quota import QuotaService, open_redis, open_routing_store, open_store
 from tidegate import openapi
 from tidegate.connection_guard import ConnectionGuard, ConnectionLimits
 
@@ -60,8 +59,7 @@ class Gateway:
         self.registry = ChannelRegistry(open_routing_store(settings), settings, self.router)
         self.pools = PriorityPools(settings.priority_classes, settings.default_priority_class)
         self.metrics = GatewayMetrics(self.router, self.pools, quota, connections, settings.metrics_per_account)
-        self.redis = redis.from_url(settings.redis_url, socket_timeout=settings.redis_timeout) \
-            if settings.redis_url else None
+        self.redis = open_redis(settings.redis_url, timeout=settings.redis_timeout) if settings.redis_url else None
         capacity = MemoryCapacity() if self.redis is None else RedisCapacity(self.redis, settings.gateway_replicas)
         self.throughput = ThroughputWatch(self.router, self.http, settings.health_check_interval,
                                           settings.health_check_timeout)

@@ -11,16 +11,16 @@ import asyncio
 import contextlib
 import logging
 
-import redis.asyncio as redis
-
 from gateway.channels import ChannelState
+from limiter import REDIS_DOWN
+from quota import RedisClient
 
 log = logging.getLogger("tidegate.gateway.breakers")
-PREFIX = "tidegate:breaker:"
+PREFIX = "tidegate:{breaker}:"  # one hash tag: a sync round's reads and writes go to one Cluster node
 
 
 class BreakerSync:
-    def __init__(self, client: redis.Redis, channels: list[ChannelState], cooldown: float, interval: float = 1.0):
+    def __init__(self, client: RedisClient, channels: list[ChannelState], cooldown: float, interval: float = 1.0):
         self._client = client
         self._channels = channels  # the router's own list: channels come and go at run time
         self._cooldown = cooldown
@@ -58,10 +58,10 @@ class BreakerSync:
             if breaker.opened_count > self._published.get(key, 0):
                 self._published[key] = breaker.opened_count
                 pipe.set(key, repr(breaker.opened_wall), px=max(1, int(self._cooldown * 1000)))
-        keys = [self._key(c, m) for c, m in pairs]
-        pipe.mget(keys)
+        for channel, model in pairs:  # GETs, not an MGET, which redis-py refuses in a cluster pipeline
+            pipe.get(self._key(channel, model))
         results = await pipe.execute()
-        for (channel, model), raw in zip(pairs, results[-1], strict=True):
+        for (channel, model), raw in zip(pairs, results[-len(pairs):], strict=True):
             if raw is None:
                 continue
             breaker = channel.breaker(model)
@@ -73,6 +73,6 @@ class BreakerSync:
         while True:
             try:
                 await self.sync_once()
-            except (redis.RedisError, OSError, ValueError) as exc:
+            except (*REDIS_DOWN, ValueError) as exc:
                 log.debug("breaker sync skipped: %s", exc)
             await asyncio.sleep(self._interval)

@@ -5,9 +5,11 @@ from limiter.capacity import CapacityLimit, CapacityTake, MemoryCapacity, RedisC
 from limiter.leases import LeaseSet
 from limiter.lua import compose, libraries
 from limiter.token_bucket import TokenBucket
+from limiter.unreachable import REDIS_DOWN
 from limiter.windows import FixedWindow, SlidingWindow, WindowCheck
 
 __all__ = [
+    "REDIS_DOWN",
     "CapacityLimit",
     "CapacityTake",
     "FixedWindow",

@@ -7,23 +7,21 @@ out of reach.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.asyncio import Redis, RedisCluster
 
 from limiter.leases import LeaseSet
 from limiter.lua import compose
 from limiter.token_bucket import TokenBucket
+from limiter.unreachable import REDIS_DOWN
 
 log = logging.getLogger("tidegate.limiter.capacity")
 CAP_RETRY = 1.0  # a concurrency slot frees when some request ends; a second is an honest first guess
-REDIS_DOWN = (RedisError, OSError, asyncio.TimeoutError)
 
 
 @dataclass(slots=True, frozen=True)
@@ -92,7 +90,7 @@ class SharedCapacity(Protocol):
 
 
 class RedisCapacity:
-    def __init__(self, client: Redis, replicas: int = 1, prefix: str = "tg:{capacity}") -> None:
+    def __init__(self, client: Redis | RedisCluster, replicas: int = 1, prefix: str = "tg:{capacity}") -> None:
         self._client = client
         self._take = client.register_script(compose("limiter", "take_capacity"))
         self._give_back = client.register_script(compose("limiter", "give_back_capacity"))

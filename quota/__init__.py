@@ -20,6 +20,7 @@ from quota.records import (
     UsageReport,
     UsageRow,
 )
+from quota.redis_client import RedisClient, open_redis
 from quota.routing_store import RoutingSnapshot, RoutingStore
 from quota.service import QuotaService
 from quota.stores import open_routing_store, open_store
@@ -41,6 +42,7 @@ __all__ = [
     "QuotaAdmin",
     "QuotaService",
     "RateInfo",
+    "RedisClient",
     "Reservation",
     "RoutingSnapshot",
     "RoutingStore",
@@ -48,6 +50,7 @@ __all__ = [
     "UsageReport",
     "UsageRow",
     "hash_secret",
+    "open_redis",
     "open_routing_store",
     "open_store",
 ]

@@ -7,9 +7,6 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
-
 from quota import redis_keys as rk
 from quota.admin_keys import AdminKey
 from quota.audit import AuditQuery
@@ -27,6 +24,7 @@ from quota.records import (
     from_json,
     to_json,
 )
+from quota.redis_client import RedisClient, RedisPipeline, multi_record_writes
 from quota.request_audit import AuditRecord
 
 LEDGER_SEPARATOR = "|"
@@ -46,15 +44,19 @@ return balance
 
 
 class RedisCatalog:
-    def __init__(self, client: Redis) -> None:
+    def __init__(self, client: RedisClient) -> None:
         self._r = client
         self._top_up = client.register_script(TOP_UP)
 
     async def _put(self, key: str, record: Account | SubAccount | ApiKey, quota_key: str, index: str,
                    member: str) -> None:
+        # The quota first (one slot, one MULTI): a record that authenticated before its quota was written
+        # would be admitted without limits where a cluster cannot write both at once.
         async with self._r.pipeline(transaction=True) as pipe:
-            pipe.set(key, json.dumps(to_json(record)))
             _write_quota(pipe, quota_key, record.quota)
+            await pipe.execute()
+        async with multi_record_writes(self._r) as pipe:
+            pipe.set(key, json.dumps(to_json(record)))
             pipe.sadd(index, member)
             await pipe.execute()
 
@@ -118,7 +120,7 @@ class RedisCatalog:
     async def rotate_key(self, key: ApiKey, secret_hash: str, grace_until: datetime | None) -> None:
         """Gives the key a new secret; the old one keeps working until `grace_until` (None: not at all)."""
         old = await self._get(rk.key_hash_key(key.id))
-        async with self._r.pipeline(transaction=True) as pipe:
+        async with multi_record_writes(self._r) as pipe:
             pipe.set(rk.key_hash_key(key.id), secret_hash)
             pipe.set(rk.auth_key(secret_hash), json.dumps(to_json(key)))
             if old is not None:
@@ -132,7 +134,7 @@ class RedisCatalog:
         await self._r.hset(rk.KEYS_LAST_USED, key_id, when.isoformat())
 
     async def put_admin_key(self, key: AdminKey, secret_hash: str | None = None) -> None:
-        async with self._r.pipeline(transaction=True) as pipe:
+        async with multi_record_writes(self._r) as pipe:
             pipe.set(rk.admin_key_key(key.id), json.dumps(key.to_json()))
             if secret_hash is not None:
                 pipe.set(rk.admin_auth_key(secret_hash), key.id)
@@ -247,7 +249,7 @@ def _ledger_rows(start: datetime, account_id: str, fields: dict[str, str]) -> li
     return sorted(rows.values(), key=lambda r: (r.key_id, r.model))
 
 
-def _write_quota(pipe: Pipeline, state_key: str, quota: Quota) -> None:
+def _write_quota(pipe: RedisPipeline, state_key: str, quota: Quota) -> None:
     """The admit script reads limits from the level's state hash (an absent field is unlimited); the same
     hash holds the budget counters, so only the quota fields are replaced."""
     pipe.hdel(state_key, *QUOTA_FIELDS, *rk.BUCKET_SETTINGS, "budget")

@@ -6,13 +6,12 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any
 
-from redis.asyncio import Redis
-
 from limiter import libraries
 from limiter.lua import read_lua
 from quota import redis_keys as rk
 from quota.money import Spend
 from quota.records import LimitName, Reservation
+from quota.redis_client import RedisClient
 from quota.request_audit import AuditRecord
 from quota.script_batch import ScriptBatcher
 
@@ -30,7 +29,7 @@ class AuditLines:
     """Appends each settled request's line to its account's list for the day; the list expires with the
     retention, so no sweeper is needed."""
 
-    def __init__(self, client: Redis, batch: ScriptBatcher, retention_days: int) -> None:
+    def __init__(self, client: RedisClient, batch: ScriptBatcher, retention_days: int) -> None:
         self._script = client.register_script(AUDIT)
         self._batch = batch
         self._ttl = (retention_days + 1) * 86400 if retention_days else 0

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
-
+from quota.redis_client import RedisClient, RedisPipeline
 from quota.routing_store import Record, RoutingSnapshot
 
 # one hash tag: every routing key in one Cluster slot, so a transaction or the seed script may touch them all
@@ -23,21 +21,25 @@ return 1
 """
 
 
+# one consistent read; a script rather than MULTI, whose replies redis-py's cluster transactions cannot parse
+SNAPSHOT = """
+return {redis.call('GET', KEYS[1]), redis.call('HGETALL', KEYS[2]), redis.call('SMEMBERS', KEYS[3]),
+        redis.call('HGETALL', KEYS[4])}
+"""
+
+
 class RedisRouting:
-    def __init__(self, client: Redis) -> None:
+    def __init__(self, client: RedisClient) -> None:
         self._r = client
+        self._snapshot = client.register_script(SNAPSHOT)
 
     async def version(self) -> int:
         return int(await self._r.get(VERSION) or 0)
 
     async def snapshot(self) -> RoutingSnapshot:
-        async with self._r.pipeline(transaction=True) as pipe:
-            pipe.get(VERSION)
-            pipe.hgetall(CHANNELS)
-            pipe.smembers(DRAINING)
-            pipe.hgetall(GROUPS)
-            version, channels, draining, groups = await pipe.execute()
-        return RoutingSnapshot(int(version or 0), _decoded(channels), {_text(n) for n in draining}, _decoded(groups))
+        version, channels, draining, groups = await self._snapshot(keys=[VERSION, CHANNELS, DRAINING, GROUPS])
+        return RoutingSnapshot(int(version or 0), _decoded(_pairs(channels)), {_text(n) for n in draining},
+                               _decoded(_pairs(groups)))
 
     async def seed(self, channels: dict[str, Record], groups: dict[str, Record]) -> bool:
         bodies = [json.dumps({name: json.dumps(r) for name, r in records.items()}) for records in (channels, groups)]
@@ -58,7 +60,7 @@ class RedisRouting:
     async def delete_group(self, name: str) -> None:
         await self._write(lambda pipe: pipe.hdel(GROUPS, name))
 
-    async def _write(self, change: Callable[[Pipeline], object]) -> None:
+    async def _write(self, change: Callable[[RedisPipeline], object]) -> None:
         async with self._r.pipeline(transaction=True) as pipe:
             change(pipe)
             pipe.incr(VERSION)
@@ -70,6 +72,11 @@ class RedisRouting:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _pairs(flat: list[bytes | str]) -> dict[bytes | str, bytes | str]:
+    """HGETALL's reply inside a script: names and values in turn."""
+    return dict(zip(flat[0::2], flat[1::2], strict=True))
 
 
 def _decoded(fields: dict[bytes | str, bytes | str]) -> dict[str, Record]:

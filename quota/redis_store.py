@@ -14,13 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
-
 from config.stores import OnRedisDown, StoreSettings
-from limiter import compose
+from limiter import REDIS_DOWN, compose
 from quota import redis_keys as rk
 from quota.admin import QuotaAdmin
 from quota.admin_keys import AdminKeys
@@ -40,16 +35,14 @@ from quota.records import (
     Reservation,
 )
 from quota.redis_catalog import RedisCatalog, ledger_field
+from quota.redis_client import RedisClient, close_client, open_store_client
 from quota.redis_down import local_quota
 from quota.redis_money import MONEY_CODES, AuditLines, quota_script
 from quota.script_batch import PackedKeys, ScriptBatcher
 from quota.service import QuotaService, StoreUnavailable, check_counts
 
-REDIS_DOWN = (RedisError, OSError, asyncio.TimeoutError)
 LIMIT_CODES = [LimitName.rpm, LimitName.tpm, LimitName.concurrency, LimitName.tokens_per_day,
                LimitName.tokens_per_month, LimitName.request_bucket, LimitName.token_bucket]
-POOL_SIZE = 16
-POOL_WAIT = 5.0  # waiting for a free connection is queueing, not an outage
 MAX_PENDING = 1_000_000  # settlements waiting for Redis; beyond this the oldest are dropped
 
 
@@ -74,7 +67,7 @@ class _Settlement:
 
 
 class RedisQuotaService(QuotaService):
-    def __init__(self, settings: StoreSettings, client: Redis, clock: Callable[[], float] = time.time,
+    def __init__(self, settings: StoreSettings, client: RedisClient, clock: Callable[[], float] = time.time,
                  clock_lua: str = "") -> None:
         """`clock` and `clock_lua` (a Lua `server_time`) are for tests of calendar boundaries; `open`, which the
         gateway uses, never sets them, so production reads Redis TIME."""
@@ -104,13 +97,7 @@ class RedisQuotaService(QuotaService):
     @classmethod
     async def open(cls, settings: StoreSettings) -> RedisQuotaService:
         assert settings.redis_url
-        # A bounded pool: a burst of admissions queues for a connection instead of opening thousands.
-        pool = BlockingConnectionPool.from_url(
-            settings.redis_url, max_connections=POOL_SIZE, timeout=POOL_WAIT, decode_responses=True,
-            socket_timeout=settings.redis_timeout, socket_connect_timeout=settings.redis_timeout,
-        )
-        client = Redis(connection_pool=pool, retry=Retry(NoBackoff(), 0))
-        return cls(settings, client)
+        return cls(settings, open_store_client(settings.redis_url, settings.redis_timeout))
 
     @property
     def degraded(self) -> bool:
@@ -321,7 +308,7 @@ class RedisQuotaService(QuotaService):
             with contextlib.suppress(asyncio.CancelledError, *REDIS_DOWN):
                 await self._flush
         with contextlib.suppress(*REDIS_DOWN):
-            await self._r.aclose(close_connection_pool=True)  # the pool was made here, not by the client
+            await close_client(self._r)
 
 
 def _charges(plan: _KeyPlan, raw: list[str], budgets: list[str]) -> list[Charge]:

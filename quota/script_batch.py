@@ -3,20 +3,34 @@
 Admissions that arrive while a batch is in flight wait for the next one, so batches grow with load and
 a burst of thousands costs a few writes instead of thousands of connections. Commands are packed here
 (a key's script keys are packed once, see `PackedKeys`) and written on a pooled redis-py connection, which
-keeps doing the handshake, TLS, timeouts and reply parsing.
+keeps doing the handshake, TLS, timeouts and reply parsing. On a Redis Cluster a batch is a cluster pipeline
+instead: redis-py splits it by node (each call's keys lie in one slot) and follows MOVED and ASK.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import (
+    ClusterDownError,
+    ConnectionError,
+    NoScriptError,
+    ResponseError,
+    SlotNotCoveredError,
+    TimeoutError,
+)
+
+from limiter import REDIS_DOWN
+from quota.redis_client import RedisClient
 
 MAX_BATCH = 512
+# a node out of reach or a slot without its master: the client's slot map may be stale (a failover)
+TOPOLOGY_ERRORS = (ConnectionError, TimeoutError, ClusterDownError, SlotNotCoveredError)
 
 
 def _bulk(value: str | bytes | int | float) -> bytes:
@@ -27,10 +41,11 @@ def _bulk(value: str | bytes | int | float) -> bytes:
 class PackedKeys:
     """Script keys in wire form, packed once and reused by every call that names them."""
 
-    __slots__ = ("count", "wire")
+    __slots__ = ("count", "names", "wire")
 
     def __init__(self, keys: Sequence[str]) -> None:
         self.count = len(keys)
+        self.names = tuple(keys)  # a cluster client routes each call by its keys' slot
         self.wire = b"".join(_bulk(k) for k in keys)
 
 
@@ -43,7 +58,7 @@ def _pack(script: AsyncScript, keys: PackedKeys, args: Sequence[Any]) -> bytes:
 
 
 class ScriptBatcher:
-    def __init__(self, client: Redis, in_flight: int = 2) -> None:
+    def __init__(self, client: RedisClient, in_flight: int = 2) -> None:
         self._client = client
         self._queue: list[_Call] = []
         self._senders: set[asyncio.Task[None]] = set()
@@ -93,6 +108,8 @@ class ScriptBatcher:
 
     async def _write(self, batch: list[_Call]) -> list[Any]:
         """One write of the whole batch, then its replies in order (an error reply stays in its place)."""
+        if isinstance(self._client, RedisCluster):
+            return await _write_to_cluster(self._client, batch)
         pool = self._client.connection_pool
         connection = await pool.get_connection()
         try:
@@ -110,3 +127,26 @@ class ScriptBatcher:
             raise
         finally:
             await pool.release(connection)
+
+
+async def _write_to_cluster(client: RedisCluster, batch: list[_Call]) -> list[Any]:
+    """The batch as one cluster pipeline: one write per node, replies in order, errors in their places."""
+    pipe = client.pipeline(transaction=False)
+    for script, keys, args, _ in batch:
+        # redis-py blocks pipe.evalsha on a cluster (a keyless script has no slot); every call here has keys
+        pipe.execute_command("EVALSHA", script.sha, keys.count, *keys.names, *args)
+    try:
+        results = list(await pipe.execute(raise_on_error=False))
+    except TOPOLOGY_ERRORS:
+        await _reread_slots(client)
+        raise
+    if any(isinstance(result, TOPOLOGY_ERRORS) for result in results):
+        await _reread_slots(client)
+    return results
+
+
+async def _reread_slots(client: RedisCluster) -> None:
+    """The store fails fast, without redis-py's retries, which are what re-read the slot map after a failover:
+    so read it here, and the next try goes to the replica that took over. Other nodes' connections stay."""
+    with contextlib.suppress(*REDIS_DOWN):
+        await client.nodes_manager.initialize()

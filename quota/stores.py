@@ -20,9 +20,8 @@ async def open_store(settings: StoreSettings) -> QuotaService:
 def open_routing_store(settings: StoreSettings) -> RoutingStore:
     """Channel and model-group records, in the same store as the tenancy records."""
     if settings.redis_url:
-        import redis.asyncio as redis
-
+        from quota.redis_client import open_redis
         from quota.redis_routing import RedisRouting
 
-        return RedisRouting(redis.from_url(settings.redis_url, socket_timeout=settings.redis_timeout))
+        return RedisRouting(open_redis(settings.redis_url, timeout=settings.redis_timeout))
     return SqliteRouting(settings.resolved_data_dir() / DB_NAME)

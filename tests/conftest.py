@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.redis_cluster import RedisClusterServers
 from tests.servers import RedisServer, free_port
 
 
@@ -18,6 +19,24 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterServers]:
+    """A real Redis Cluster of three masters and three replicas on loopback, started once per session: a test
+    that kills a node brings it back (`restart`) before it ends."""
+    cluster = RedisClusterServers(tmp_path_factory.mktemp("redis-cluster")).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def redis_cluster(redis_cluster_servers: RedisClusterServers) -> RedisClusterServers:
+    """The session's Redis Cluster, emptied for this test (what a gateway seeded once is not there for the next)."""
+    redis_cluster_servers.flush()
+    return redis_cluster_servers
 
 
 @pytest.fixture

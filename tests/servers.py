@@ -49,6 +49,7 @@ class RedisServer:
     workdir: Path
     port: int = field(default_factory=free_port)
     persistent: bool = False  # append-only file fsynced on every write: a restart keeps everything
+    extra_args: list[str] = field(default_factory=list)  # such as a cluster node's flags
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -63,7 +64,7 @@ class RedisServer:
         durability = ["--appendonly", "yes", "--appendfsync", "always"] if self.persistent else ["--appendonly", "no"]
         self.proc = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
-             "--save", "", *durability, "--protected-mode", "yes", "--loglevel", "warning"],
+             "--save", "", *durability, "--protected-mode", "yes", "--loglevel", "warning", *self.extra_args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         wait_for_port(self.port)

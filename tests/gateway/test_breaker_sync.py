@@ -33,7 +33,7 @@ async def test_an_opening_on_one_replica_opens_the_breaker_on_the_other(redis_se
         assert second[0].breaker("m").state is BreakerState.open
         await sync_second.sync_once()  # adopting is not re-publishing, and twice is still one opening
         assert second[0].breaker("m").opened_count == 1
-        assert 0 < await sync_first._client.pttl("tidegate:breaker:c:m") <= 30_000
+        assert 0 < await sync_first._client.pttl("tidegate:{breaker}:c:m") <= 30_000
     finally:
         await sync_first.stop()
         await sync_second.stop()

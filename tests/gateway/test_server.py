@@ -17,6 +17,7 @@ import yaml
 
 from tests.gateway.harness import ADMIN_KEY
 from tests.gateway.upstreams import MockUpstream
+from tests.redis_cluster import RedisClusterServers
 from tests.servers import RedisServer, free_port, wait_for_health
 
 Start = Callable[..., Awaitable[MockUpstream]]
@@ -54,15 +55,21 @@ def spawn_gateway(tmp_path: Path) -> Iterator[Callable[..., str]]:
             proc.kill()
 
 
+async def two_gateways(spawn_gateway: Callable[..., str], upstream: MockUpstream, redis_url: str,
+                       second_workers: int = 2) -> list[str]:
+    """Two gateway replicas on one store, in front of `upstream`."""
+    # access lines at warning: the fixture never reads stderr, and a full pipe would stall a replica
+    config = {"admin_key": ADMIN_KEY, "redis_url": redis_url, "health_check_interval": 60, "log_level": "warning",
+              "channels": [{"name": "mock", "base_url": upstream.base_url, "models": ["smollm2"]}],
+              "priority_classes": {"realtime": {"max_concurrency": 256, "queue_size": 256, "queue_timeout": 30}}}
+    return list(await asyncio.gather(asyncio.to_thread(spawn_gateway, config),
+                                     asyncio.to_thread(spawn_gateway, config, "--workers", str(second_workers))))
+
+
 async def test_two_gateways_sharing_redis_admit_exactly_the_rpm_under_200_concurrent_requests(
         upstreams: Start, redis_server: RedisServer, spawn_gateway: Callable[..., str]) -> None:
     upstream = await upstreams()
-    # access lines at warning: the fixture never reads stderr, and a full pipe would stall a replica
-    config = {"admin_key": ADMIN_KEY, "redis_url": redis_server.url, "health_check_interval": 60, "log_level": "warning",
-              "channels": [{"name": "mock", "base_url": upstream.base_url, "models": ["smollm2"]}],
-              "priority_classes": {"realtime": {"max_concurrency": 256, "queue_size": 256, "queue_timeout": 30}}}
-    urls = await asyncio.gather(asyncio.to_thread(spawn_gateway, config),
-                                asyncio.to_thread(spawn_gateway, config, "--workers", "2"))
+    urls = await two_gateways(spawn_gateway, upstream, redis_server.url)
     admin = {"authorization": f"Bearer {ADMIN_KEY}"}
     async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=256)) as http:
         account = (await http.post(f"{urls[0]}/admin/accounts", json={"name": "a"}, headers=admin)).json()
@@ -132,3 +139,28 @@ async def test_sigterm_stops_accepting_but_lets_a_stream_in_flight_finish(upstre
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+async def test_two_gateways_on_a_redis_cluster_never_admit_over_the_rpm_or_the_tpm(
+        upstreams: Start, redis_cluster: RedisClusterServers, spawn_gateway: Callable[..., str]) -> None:
+    upstream = await upstreams()
+    urls = await two_gateways(spawn_gateway, upstream, redis_cluster.url, second_workers=1)
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=256)) as http:
+        account = (await http.post(f"{urls[0]}/admin/accounts", json={"name": "a"}, headers=admin)).json()
+
+        async def burst(quota: dict[str, int], max_tokens: int) -> tuple[Counter[int], dict[str, int]]:
+            created = (await http.post(f"{urls[1]}/admin/keys", json={"account_id": account["id"], "quota": quota},
+                                       headers=admin)).json()
+            body = {"model": "smollm2", "prompt": "hi", "max_tokens": max_tokens}
+            headers = {"authorization": f"Bearer {created['key']}"}
+            statuses = Counter(r.status_code for r in await asyncio.gather(*(
+                http.post(f"{urls[i % 2]}/v1/completions", json=body, headers=headers) for i in range(100))))
+            usage = await http.get(f"{urls[0]}/admin/usage", params={"key_id": created["id"]}, headers=admin)
+            return statuses, usage.json()
+
+        statuses, usage = await burst({"rpm": 25}, 1)
+        assert statuses == {200: 25, 429: 75} and usage["requests"] == 25
+        statuses, usage = await burst({"tpm": 1000}, 50)  # about 50 tokens a request: some 20 fit
+        assert 10 <= statuses[200] <= 20 and statuses[200] + statuses[429] == 100
+        assert usage["prompt_tokens"] + usage["completion_tokens"] <= 1000

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
@@ -25,3 +29,22 @@ def admit_burst(url: str, data_dir: str, keys: list[KeyInfo], estimates: list[in
         return [est for est, answer in zip(estimates, answers, strict=True) if answer.admitted]
 
     return asyncio.run(burst())
+
+
+Burst = Callable[[list[KeyInfo], list[list[int]]], list[int]]
+
+
+@contextmanager
+def process_bursts(url: str, data_dir: Path, workers: int) -> Iterator[Burst]:
+    """`burst(keys, estimates)`: each of `workers` fresh processes (gateway replicas, as far as the store can
+    tell) runs its list of `estimates` at once from a common start line; returns every admitted estimate."""
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager, ProcessPoolExecutor(workers, mp_context=context) as pool:
+        start = manager.Barrier(workers)
+
+        def burst(keys: list[KeyInfo], estimates: list[list[int]]) -> list[int]:
+            futures = [pool.submit(admit_burst, url, str(data_dir), keys, estimates[w], start, w)
+                       for w in range(workers)]
+            return [est for f in futures for est in f.result(timeout=120)]
+
+        yield burst

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import random
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
 import redis
 from redis.crc import key_slot
 
-from quota import KeyInfo, QuotaService
+from quota import QuotaService
 from tests.quota.conftest import make_tenant
-from tests.quota.redis_workers import admit_burst
+from tests.quota.redis_workers import process_bursts
 from tests.servers import RedisServer
 
 WORKERS = 4
@@ -28,15 +26,7 @@ async def test_four_processes_admit_exactly_the_limits(service: QuotaService, re
     rng = random.Random(11)
     random_estimates = [[rng.randint(1, 900) for _ in range(500)] for _ in range(WORKERS)]
     ones = [[1] * 500 for _ in range(WORKERS)]
-    context = multiprocessing.get_context("spawn")
-    with context.Manager() as manager, ProcessPoolExecutor(WORKERS, mp_context=context) as pool:
-        start = manager.Barrier(WORKERS)
-
-        def burst(keys: list[KeyInfo], estimates: list[list[int]]) -> list[int]:
-            futures = [pool.submit(admit_burst, redis_server.url, str(tmp_path), keys, estimates[w], start, w)
-                       for w in range(WORKERS)]
-            return [est for f in futures for est in f.result(timeout=120)]
-
+    with process_bursts(redis_server.url, tmp_path, WORKERS) as burst:
         assert len(burst(rpm.keys, ones)) == 100
         admitted = burst(tpm.keys, random_estimates)
         assert 20_000 - 900 < sum(admitted) <= 20_000
