@@ -23,8 +23,9 @@ from gateway.errors import invalid_request
 
 # fields carried under the same name both ways; `priority` is tidegate's own class extension
 SAME_NAMES = ("model", "max_tokens", "stream", "temperature", "top_p", "top_k", "priority")
+# `cache_control` (here and on blocks) is accepted and has nothing to do: the backend caches prefixes by itself
 MESSAGES_FIELDS = frozenset({*SAME_NAMES, "messages", "system", "stop_sequences", "metadata", "tools",
-                             "tool_choice"})
+                             "tool_choice", "cache_control"})
 # `stream_options` is dropped on purpose: a Messages stream always ends with its usage
 CHAT_FIELDS = frozenset({*SAME_NAMES, "messages", "max_completion_tokens", "stop", "user", "tools", "tool_choice",
                          "parallel_tool_calls", "stream_options", "n"}) - {"priority"}
