@@ -52,13 +52,15 @@ def stop_of(choice: dict[str, Any]) -> tuple[str | None, str | None]:
 
 def messages_answer(chat: dict[str, Any]) -> dict[str, Any]:
     """A whole chat completion (one choice) as a Messages answer."""
-    choices = chat.get("choices") or [{}]
-    choice: dict[str, Any] = choices[0] if isinstance(choices[0], dict) else {}
+    choices = chat.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    choice: dict[str, Any] = first if isinstance(first, dict) else {}
     message: dict[str, Any] = choice["message"] if isinstance(choice.get("message"), dict) else {}
     content: list[dict[str, Any]] = []
-    if message.get("content"):
+    if isinstance(message.get("content"), str) and message["content"]:
         content.append({"type": "text", "text": message["content"]})
-    for j, call in enumerate(message.get("tool_calls") or ()):
+    calls: list[Any] = message["tool_calls"] if isinstance(message.get("tool_calls"), list) else []
+    for j, call in enumerate(c for c in calls if isinstance(c, dict)):
         content.append({"type": "tool_use", "id": str(call.get("id") or f"toolu_{j}"),
                         "name": (call.get("function") or {}).get("name"), "input": arguments_of(call, f"tool_calls[{j}]")})
     stop_reason, stop_sequence = stop_of(choice)
@@ -74,7 +76,8 @@ def message_id(chat_id: Any) -> str:
 def chat_answer(message: dict[str, Any]) -> dict[str, Any]:
     """A whole Messages answer as a chat completion."""
     texts, calls = [], []
-    for block in message.get("content") or ():
+    blocks: list[Any] = message["content"] if isinstance(message.get("content"), list) else []
+    for block in (b for b in blocks if isinstance(b, dict)):
         if block.get("type") == "text":
             texts.append(block.get("text") or "")
         elif block.get("type") == "tool_use":

@@ -37,11 +37,12 @@ class MessagesEvents:
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta") or {}
+            delta = choice["delta"] if isinstance(choice.get("delta"), dict) else {}
             if isinstance(delta.get("content"), str) and delta["content"]:
                 out += self._open(("text", -1), {"type": "text", "text": ""})
                 out.append(self._delta({"type": "text_delta", "text": delta["content"]}))
-            for call in delta.get("tool_calls") or ():
+            calls = delta["tool_calls"] if isinstance(delta.get("tool_calls"), list) else []
+            for call in (c for c in calls if isinstance(c, dict)):
                 out += self._tool_call(call)
             if choice.get("finish_reason") is not None:
                 self._stop = stop_of(choice)
@@ -67,8 +68,8 @@ class MessagesEvents:
         return [event("message_start", message=message), event("ping")]
 
     def _tool_call(self, call: dict[str, Any]) -> list[Event]:
-        index = int(call.get("index") or 0)
-        function = call.get("function") or {}
+        index = call["index"] if isinstance(call.get("index"), int) else 0
+        function = call["function"] if isinstance(call.get("function"), dict) else {}
         out: list[Event] = []
         if self._block != ("tool_use", index):
             out += self._open(("tool_use", index), {"type": "tool_use", "id": call.get("id") or f"toolu_{index}",

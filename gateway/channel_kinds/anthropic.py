@@ -38,7 +38,10 @@ class AnthropicKind:
             return body  # not JSON: the gateway's reading of a broken answer applies as for any kind
         if not isinstance(answer, dict):
             return body
-        return _encode(chat_answer(answer) if status < 300 else chat_error(answer))
+        try:
+            return _encode(chat_answer(answer) if status < 300 else chat_error(answer))
+        except (AttributeError, TypeError, ValueError):
+            return b""  # not a Messages answer: the gateway answers 502, as for any unreadable body
 
     async def events(self, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         chunks = ChatChunks()
@@ -48,7 +51,11 @@ class AnthropicKind:
             except (ValueError, RecursionError):
                 yield data  # passed on as it came: the relay cuts a stream it cannot read
                 return
-            for chunk in chunks.add(event if isinstance(event, dict) else {}):
+            try:
+                translated = chunks.add(event if isinstance(event, dict) else {})
+            except (AttributeError, TypeError, ValueError):
+                return  # not a Messages event: ended without [DONE], the relay reports the stream cut
+            for chunk in translated:
                 yield _encode(chunk)
             if isinstance(event, dict) and event.get("type") == "message_stop":
                 yield DONE

@@ -91,6 +91,26 @@ async def test_refusals_come_in_anthropics_error_shape(gateway: GatewayHarness) 
                                  json={"model": "smollm2", "messages": HI})
         unknown = await raw.post("/v1/messages", headers={"authorization": f"Bearer {secret}"},
                                  json={"model": "nope", "max_tokens": 4, "messages": HI})
+        bad = [await raw.post("/v1/messages", headers={"x-api-key": secret}, json=body) for body in BAD_BODIES]
+        garbled = await raw.post("/v1/messages", headers={"x-api-key": secret}, content=b"{not json")
     assert missing.status_code == 400 and missing.json()["type"] == "error"
     assert missing.json()["error"]["type"] == "invalid_request_error" and "max_tokens" in missing.text
     assert unknown.status_code == 404 and unknown.json()["error"]["type"] == "not_found_error"
+    for body, answer in zip([*BAD_BODIES, "{not json"], [*bad, garbled], strict=True):
+        assert answer.status_code == 400 and answer.json()["type"] == "error", (body, answer.text)
+
+
+def _message(**fields: Any) -> dict[str, Any]:
+    return {"model": "smollm2", "max_tokens": 4, "messages": HI, **fields}
+
+
+BAD_BODIES: list[Any] = [
+    [1, 2], _message(messages=[]), _message(messages=[{"role": "system", "content": "x"}]),
+    _message(messages=[{"role": "user", "content": 5}]), _message(system=5), _message(system=[{"type": "image"}]),
+    _message(messages=[{"role": "user", "content": [{"type": "image", "source": "x"}]}]),
+    _message(messages=[{"role": "user", "content": [{"type": "tool_result", "content": 5}]}]),
+    _message(messages=[{"role": "assistant", "content": [{"type": "tool_use", "name": "f", "input": [1]}]}]),
+    _message(tools={"name": "f"}), _message(tools=[{"description": "no name"}]), _message(tool_choice="auto"),
+    _message(stop_sequences="END"), _message(metadata="m"), _message(max_tokens=0), _message(max_tokens="4"),
+    _message(model=7), _message(stream="yes"), _message(temperature="hot"),
+]
