@@ -110,8 +110,11 @@ class Channel(BaseModel):
             raise ValueError("an azure channel needs api_version (for example 2024-10-21)")
         if self.kind == "openai" and self.api_version is not None:
             raise ValueError("api_version is for azure and anthropic channels")
-        if self.kind != "openai" and "extras" not in self.model_fields_set:
-            self.extras = set()  # cache_salt and priority are tidegate's own; a cloud API would refuse them
+        if self.kind != "openai":  # a cloud API: it has no /health, and would refuse tidegate's own extras
+            if "extras" not in self.model_fields_set:
+                self.extras = set()
+            if "health_path" not in self.model_fields_set:
+                self.health_path = None
         return self
 
 

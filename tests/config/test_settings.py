@@ -70,13 +70,14 @@ def test_channel_model_list_means_same_names(tmp_path: Path) -> None:
     assert load_settings(config).gateway.channels[0].models == {"m1": "m1", "m2": "m2"}
 
 
-def test_a_cloud_kind_of_channel_is_sent_no_tidegate_extras_unless_told(tmp_path: Path) -> None:
+def test_a_cloud_kind_of_channel_is_sent_no_extras_nor_health_probes_unless_told(tmp_path: Path) -> None:
     config = tmp_path / "gw.yaml"
     config.write_text("channels:\n  - {name: a, base_url: 'http://x', models: [m], kind: anthropic}\n"
                       "  - {name: b, base_url: 'http://x', models: [m], kind: azure, api_version: '2024-10-21',"
                       " extras: [priority]}\n  - {name: c, base_url: 'http://x', models: [m]}\n")
     channels = load_settings(config).gateway.channels
     assert [c.extras for c in channels] == [set(), {"priority"}, {"cache_salt", "priority"}]
+    assert [c.health_path for c in channels] == [None, None, "/health"]
 
 
 @pytest.mark.parametrize(

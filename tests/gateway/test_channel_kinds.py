@@ -34,7 +34,7 @@ async def kind_upstream() -> AsyncIterator[Callable[[str], Awaitable[KindUpstrea
 
 async def gateway_over(gateway_for: StartGateway, upstream: KindUpstream, **fields: Any) -> GatewayHarness:
     channel = {"name": upstream.kind, "base_url": upstream.base_url, "kind": upstream.kind, "api_key": UPSTREAM_KEY,
-               "health_path": None, "models": {"smollm2": "prod-deployment"}, **fields}
+               "models": {"smollm2": "prod-deployment"}, **fields}
     return await gateway_for([], channels=[channel])
 
 
