@@ -58,16 +58,20 @@ class ModelLimits(BaseModel):
 
 
 RequestExtra = Literal["cache_salt", "priority"]
+ChannelKindName = Literal["openai", "azure", "anthropic"]
 REQUEST_EXTRAS: tuple[RequestExtra, ...] = ("cache_salt", "priority")
 
 
 class Channel(BaseModel):
-    """One upstream OpenAI-compatible server and the models it serves."""
+    """One upstream server and the models it serves, spoken to in its `kind`'s wire format."""
 
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1)
     base_url: str = Field(pattern=r"^https?://")
+    kind: ChannelKindName = "openai"
+    # azure: the `api-version` query parameter (required); anthropic: the `anthropic-version` header
+    api_version: str | None = Field(default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
     # public model name -> upstream model name; a list means the same names.
     models: dict[str, str]
     api_key: str | None = Field(default=None, repr=False)
@@ -99,6 +103,19 @@ class Channel(BaseModel):
         if not value:
             raise ValueError("a channel serves at least one model")
         return value
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> Channel:
+        if self.kind == "azure" and self.api_version is None:
+            raise ValueError("an azure channel needs api_version (for example 2024-10-21)")
+        if self.kind == "openai" and self.api_version is not None:
+            raise ValueError("api_version is for azure and anthropic channels")
+        if self.kind != "openai":  # a cloud API: it has no /health, and would refuse tidegate's own extras
+            if "extras" not in self.model_fields_set:
+                self.extras = set()
+            if "health_path" not in self.model_fields_set:
+                self.health_path = None
+        return self
 
 
 class PriorityClass(BaseModel):

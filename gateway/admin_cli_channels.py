@@ -37,6 +37,8 @@ def _channel_fields(parser: argparse.ArgumentParser, required: bool) -> None:
     parser.add_argument("--base-url", required=required, help="the upstream's OpenAI root, e.g. http://h:9001/v1")
     parser.add_argument("--models", required=required, metavar="PUBLIC[=UPSTREAM],...",
                         help="public model names, each with the upstream's name for it when it differs")
+    parser.add_argument("--kind", choices=("openai", "azure", "anthropic"), help="the upstream's wire format")
+    parser.add_argument("--api-version", help="azure: the api-version query; anthropic: the anthropic-version header")
     parser.add_argument("--api-key-file", type=Path, help="a file holding the upstream's API key (kept out of ps)")
     parser.add_argument("--weight", type=float)
     parser.add_argument("--priority", type=int, help="tier: lower is tried first")
@@ -60,7 +62,7 @@ def routing_request(args: argparse.Namespace) -> Call:
             raise SystemExit("tidegate admin: --target is CHANNEL=MODEL")
         return "PUT", f"{base}/{args.name}", {"targets": targets, "fallbacks": args.fallback}, {}
     body: dict[str, Any] = {} if action == "update" else {"name": args.name}
-    for flag in ("base_url", "weight", "priority", "max_concurrency", "stream_upstream"):
+    for flag in ("base_url", "kind", "api_version", "weight", "priority", "max_concurrency", "stream_upstream"):
         if getattr(args, flag) is not None:
             body[flag] = getattr(args, flag)
     if args.models is not None:

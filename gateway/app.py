@@ -113,6 +113,7 @@ class Gateway:
         return [
             Route("/v1/chat/completions", self.proxy.completions, methods=["POST"]),
             Route("/v1/completions", self.proxy.completions, methods=["POST"]),
+            Route("/v1/messages", self.proxy.messages, methods=["POST"]),
             Route("/v1/models", self.proxy.models, methods=["GET"]),
             Route("/health", self.health_route, methods=["GET"]),
             Route("/metrics", self.metrics_route, methods=["GET"]),

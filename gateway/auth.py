@@ -21,9 +21,10 @@ def bearer_token(request: Request) -> str | None:
 
 async def authenticate(quota: QuotaService, request: Request) -> KeyInfo:
     """The key behind the request's bearer token, or the 401/403/503 the client must see."""
-    secret = bearer_token(request)
+    # Anthropic's clients send the key in x-api-key; either header works on every route
+    secret = bearer_token(request) or request.headers.get("x-api-key", "").strip() or None
     if secret is None:
-        raise unauthorized("missing API key: send 'Authorization: Bearer tg-...'")
+        raise unauthorized("missing API key: send 'Authorization: Bearer tg-...' or 'x-api-key: tg-...'")
     result = await quota.authenticate(secret)
     if result.ok and result.key is not None:
         if not address_allowed(result.key.allowed_ips, client_address(request)):

@@ -60,9 +60,6 @@ class ChannelState:
     def has_room(self) -> bool:
         return self.in_flight < self.config.max_concurrency
 
-    def upstream_url(self, path: str) -> str:
-        return self.config.base_url.rstrip("/") + path
-
     def health_url(self) -> str | None:
         if not self.config.health_path:
             return None

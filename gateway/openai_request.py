@@ -25,7 +25,11 @@ class OpenAIRequest:
 
 def parse(raw: bytes, *, chat: bool, classes: set[str], max_depth: int) -> OpenAIRequest:
     """Validates what the gateway itself relies on; the upstream validates the rest."""
-    body = decode_json(raw, max_depth=max_depth)
+    return read(decode_json(raw, max_depth=max_depth), chat=chat, classes=classes)
+
+
+def read(body: Any, *, chat: bool, classes: set[str]) -> OpenAIRequest:
+    """`parse` for a body already decoded (or translated from another API)."""
     if not isinstance(body, dict):
         raise invalid_request("the body must be a JSON object")
     model = body.get("model")

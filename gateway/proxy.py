@@ -16,10 +16,12 @@ from gateway.admission import estimate_prompt_tokens, max_output_tokens, rate_he
 from gateway.assembly import Assembly
 from gateway.auth import authenticate
 from gateway.channel_limits import CapacityAsk
+from gateway.client_wire import CHAT, COMPLETIONS, ClientWire
 from gateway.errors import ApiError, forbidden, not_found
 from gateway.exchange import Exchange
+from gateway.messages_api import MESSAGES
 from gateway.metrics import GatewayMetrics
-from gateway.openai_request import OpenAIRequest, parse
+from gateway.openai_request import OpenAIRequest
 from gateway.priority import PriorityPools
 from gateway.relay import Outcome, StreamRelay, Usage, outcome_error
 from gateway.request_extras import request_extras
@@ -51,7 +53,13 @@ class Proxy:
         self._renew_interval = max(0.5, settings.lease_ttl / 3)
 
     async def completions(self, request: Request) -> Response:
-        chat = request.url.path.endswith("/chat/completions")
+        return await self.serve(request, CHAT if request.url.path.endswith("/chat/completions") else COMPLETIONS)
+
+    async def messages(self, request: Request) -> Response:
+        return await self.serve(request, MESSAGES)
+
+    async def serve(self, request: Request, wire: ClientWire) -> Response:
+        """One request of any inbound API, served as chat or completions and answered in the API's shape."""
         request_id = request_id_of(request.headers)
         trace = self.tracing.start_request("POST", request.url.path, request_id, request.headers)
         exchange = Exchange(self.quota, self.metrics, request_id, request.url.path, self._renew_interval, trace)
@@ -60,7 +68,7 @@ class Proxy:
             exchange.identify(key)
             limits = self.settings.server
             raw = await read_body(request, max_bytes=self.settings.max_body_bytes, timeout=limits.body_timeout)
-            call = parse(raw, chat=chat, classes=set(self.pools.pools), max_depth=limits.max_json_depth)
+            call = wire.parse(raw, classes=set(self.pools.pools), max_depth=limits.max_json_depth)
             exchange.record.model, exchange.record.stream = call.model, call.stream
             trace.set_model(call.model)
             self._check_model(key, call.model)
@@ -69,7 +77,7 @@ class Proxy:
             await exchange.take_slot(pool)
             deadline = exchange.started + self.settings.timeouts.total
             exchange.upstream_started = time.monotonic()
-            path = "/chat/completions" if chat else "/completions"
+            path = "/chat/completions" if wire.chat else "/completions"
             answer = await self.upstream.call(UpstreamRequest(call.model, path, call.body, call.stream, deadline,
                                                               request_id, trace, request_extras(key, pool),
                                                               CapacityAsk(call.model, exchange.estimated_tokens,
@@ -78,7 +86,7 @@ class Proxy:
             exchange.hold_capacity(answer.capacity, self.upstream.release_capacity)
         except ApiError as error:
             await exchange.end(error.status, "refused" if error.status < 500 else "failed")
-            return error.response(request_id)
+            return _error_response(wire, error, headers={"x-request-id": request_id})
         except asyncio.CancelledError:
             await exchange.end(499, "cancelled")
             raise
@@ -89,10 +97,10 @@ class Proxy:
         headers[SERVED_MODEL] = exchange.record.served_model = answer.model
         exchange.first_token()
         if answer.events is not None and call.stream:
-            return self._stream(exchange, answer, call, headers, deadline)
+            return self._stream(wire, exchange, answer, call, headers, deadline)
         if answer.events is not None:
-            return await self._assembled(request, exchange, answer, chat, headers, deadline)
-        return await self._whole(exchange, answer, headers)
+            return await self._assembled(request, wire, exchange, answer, headers, deadline)
+        return await self._whole(wire, exchange, answer, headers)
 
     def _check_model(self, key: KeyInfo, model: str) -> None:
         if not key.allows(model):
@@ -121,7 +129,8 @@ class Proxy:
             headers["x-tidegate-degraded"] = "1"
         return headers
 
-    async def _whole(self, exchange: Exchange, answer: Answer, headers: dict[str, str]) -> Response:
+    async def _whole(self, wire: ClientWire, exchange: Exchange, answer: Answer,
+                     headers: dict[str, str]) -> Response:
         # a 4xx from the upstream is the request's fault, not the channel's; a broken answer (5xx for the client) is
         verdict = answer.status < 500
         try:
@@ -129,14 +138,15 @@ class Proxy:
             verdict = reply.status < 500
         finally:
             await answer.finish(verdict)
-        await exchange.end(reply.status, "ok" if reply.status < 300 else "upstream_error", reply.usage)
-        return Response(reply.body, reply.status, headers, media_type="application/json")
+        status, body = wire.whole(reply.status, reply.body)
+        await exchange.end(status, "ok" if status < 300 else "upstream_error", reply.usage)
+        return Response(body, status, headers, media_type="application/json")
 
-    async def _assembled(self, request: Request, exchange: Exchange, answer: Answer, chat: bool,
+    async def _assembled(self, request: Request, wire: ClientWire, exchange: Exchange, answer: Answer,
                          headers: dict[str, str], deadline: float) -> Response:
         """A non-streamed request answered from an upstream stream: one JSON body once the stream is done."""
         relay = StreamRelay(answer, wants_usage=True, deadline=deadline, idle=answer.channel.timeouts.idle)
-        assembly = Assembly(chat, answer.model)
+        assembly = Assembly(wire.chat, answer.model)
         stayed = False
         try:
             # a client that leaves is noticed at once: closing the upstream call stops the generation there
@@ -148,13 +158,18 @@ class Proxy:
         if not stayed:
             return Response(status_code=499)  # nobody is there to read it
         await relay.close(StreamEnd.finished)
-        if relay.outcome is Outcome.ok:
-            await exchange.end(200, relay.outcome.value, self._charged(exchange, relay))
-            return JSONResponse(assembly.answer(), headers=headers)
         # a cut answer is never passed on truncated: the client gets an error, and is charged what was generated
-        error = outcome_error(relay.outcome)
+        error = None if relay.outcome is Outcome.ok else outcome_error(relay.outcome)
+        if error is None:
+            try:
+                whole = wire.answer(assembly.answer())
+            except ApiError as untranslatable:
+                error = untranslatable
+            else:
+                await exchange.end(200, relay.outcome.value, self._charged(exchange, relay))
+                return JSONResponse(whole, headers=headers)
         await exchange.end(error.status, relay.outcome.value, self._charged(exchange, relay))
-        return JSONResponse(error.body(), error.status, headers)
+        return _error_response(wire, error, headers)
 
     @staticmethod
     async def _fold(relay: StreamRelay, assembly: Assembly) -> None:
@@ -169,8 +184,8 @@ class Proxy:
             return relay.usage
         return Usage(exchange.record.prompt_tokens, relay.chunks)
 
-    def _stream(self, exchange: Exchange, answer: Answer, call: OpenAIRequest, headers: dict[str, str],
-                deadline: float) -> Response:
+    def _stream(self, wire: ClientWire, exchange: Exchange, answer: Answer, call: OpenAIRequest,
+                headers: dict[str, str], deadline: float) -> Response:
         relay = StreamRelay(answer, wants_usage=call.wants_usage, deadline=deadline,
                             idle=answer.channel.timeouts.idle)
 
@@ -179,7 +194,8 @@ class Proxy:
             await exchange.end(200, relay.outcome.value, self._charged(exchange, relay))
 
         # the total deadline covers writing to the client too: one that stops reading is cut there
-        return EventStreamResponse(relay.stream(end), headers, deadline=deadline, on_close=end)
+        events = wire.events(relay, end, call.model, exchange.record.prompt_tokens)
+        return EventStreamResponse(events, headers, deadline=deadline, on_close=end)
 
     async def models(self, request: Request) -> Response:
         request_id = request_id_of(request.headers)
@@ -192,6 +208,10 @@ class Proxy:
             for model in self.router.models() if key.allows(model)
         ]
         return JSONResponse({"object": "list", "data": data}, headers={"x-request-id": request_id})
+
+
+def _error_response(wire: ClientWire, error: ApiError, headers: dict[str, str]) -> Response:
+    return JSONResponse(wire.error_body(error), error.status, {**headers, **error.headers})
 
 
 async def _unless_disconnected(work: Awaitable[None], receive: Receive) -> bool:

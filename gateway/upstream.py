@@ -23,6 +23,7 @@ from typing import Any
 import aiohttp
 
 from config import Retries
+from gateway.channel_kinds import kind_of
 from gateway.channel_limits import CapacityAsk, CapacityHold, ChannelLimits
 from gateway.channels import ChannelState
 from gateway.errors import ApiError, gateway_timeout, retry_after_headers, unavailable
@@ -214,18 +215,18 @@ class UpstreamClient:
             # usage is needed to settle; the relay strips it again if the client did not ask for it
             body["stream"] = True
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        wire = kind_of(channel.config).call(channel.config, request.path, body)
+        headers.update(wire.headers)
         headers["content-type"] = "application/json"
         # a compressed answer would have to be decoded before its usage can be read; ask for it plain
         headers["accept-encoding"] = "identity"
         if request.request_id:
             headers["x-request-id"] = request.request_id
-        if channel.config.api_key:
-            headers["authorization"] = f"Bearer {channel.config.api_key}"
         t = channel.timeouts
         # the first-token and idle deadlines are enforced around reads; aiohttp only bounds the connect
         timeout = aiohttp.ClientTimeout(total=None, connect=t.connect, sock_connect=t.connect)
-        return await self._client.post(channel.upstream_url(request.path), data=json.dumps(body).encode(),
-                                       headers=headers, timeout=timeout)
+        return await self._client.post(wire.url, data=json.dumps(wire.body).encode(), headers=headers,
+                                       timeout=timeout)
 
     async def _read_head(self, answer: Answer, client_stream: bool, stream: bool) -> None:
         status = answer.status
@@ -238,10 +239,11 @@ class UpstreamClient:
             raise AttemptFailed(kind, f"upstream answered {status}", retry_after)
         # an upstream that answers a whole body although asked for a stream is served as it answered
         whole = not client_stream and answer.response.content_type != "text/event-stream"
+        wire = kind_of(answer.channel.config)
         if not stream or status >= 300 or whole:
-            answer.body = await answer.response.read()
+            answer.body = wire.whole(status, await answer.response.read())
             return
-        answer.events = split_events(answer.response.content.iter_any())
+        answer.events = wire.events(split_events(answer.response.content.iter_any()))
         async for data in answer.events:
             answer.first_events.append(data)
             if data == DONE or has_content(json.loads(data)):

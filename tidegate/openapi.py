@@ -63,6 +63,32 @@ SCHEMAS: dict[str, Any] = {
             {"type": "array", "minItems": 1, "maxItems": 1, "items": {"type": "string", "minLength": 1}},
         ]}},
     },
+    "MessagesRequest": {
+        "type": "object",
+        "required": ["model", "max_tokens", "messages"],
+        "properties": {
+            "model": {"type": "string", "minLength": 1}, "max_tokens": {"type": "integer", "minimum": 1},
+            "system": {"type": "string"}, "stream": {"type": "boolean"},
+            "stop_sequences": {"type": "array", "items": {"type": "string"}, "maxItems": 4},
+            "temperature": {"type": "number", "minimum": 0, "maximum": 1},
+            "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+            "top_k": {"type": "integer", "minimum": 1},
+            "metadata": {"type": "object", "properties": {"user_id": {"type": "string"}}},
+            "messages": {"type": "array", "minItems": 1, "items": {
+                "type": "object", "required": ["role", "content"], "properties": {
+                    "role": {"type": "string", "enum": ["user", "assistant"]},
+                    "content": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]}}}},
+            "tools": {"type": "array", "items": {"type": "object", "required": ["name", "input_schema"]}},
+            "tool_choice": {"type": "object", "required": ["type"]},
+        },
+    },
+    "MessagesError": {
+        "type": "object",
+        "required": ["type", "error"],
+        "properties": {"type": {"const": "error"}, "error": {"type": "object", "required": ["type", "message"],
+                                                             "properties": {"type": {"type": "string"},
+                                                                            "message": {"type": "string"}}}},
+    },
     "Usage": {"type": "object", "properties": {
         "prompt_tokens": {"type": "integer"}, "completion_tokens": {"type": "integer"},
         "total_tokens": {"type": "integer"}}},
@@ -100,6 +126,14 @@ def openai_paths(auth_errors: bool) -> dict[str, Any]:
         "/health": {"get": {"summary": "Readiness", "responses": {"200": {"description": "ready"},
                                                                    "503": {"description": "not ready"}}}},
     }
+
+
+def _messages_path() -> dict[str, Any]:
+    """Anthropic's Messages API (gateway only); its errors take Anthropic's shape."""
+    path = _post("Anthropic Messages, served as a chat completion", "MessagesRequest")
+    error = {"description": "error", "content": {JSON: {"schema": {"$ref": "#/components/schemas/MessagesError"}}}}
+    path["post"]["responses"].update({str(code): error for code in (400, 401, 403, 404, 413, 429, 503, 504)})
+    return path
 
 
 def _admin(method: str, summary: str, body: dict[str, Any] | None = None, ok: str = "200",
@@ -223,7 +257,8 @@ def document(title: str, *, gateway: bool) -> dict[str, Any]:
         paths.update(admin_paths())
         schemes = {"api_key": {"type": "http", "scheme": "bearer", "description": "a tg-... API key"},
                    "admin": {"type": "http", "scheme": "bearer", "description": "the gateway's admin key"}}
-        for route in ("/v1/chat/completions", "/v1/completions", "/v1/models"):
+        paths["/v1/messages"] = _messages_path()
+        for route in ("/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/models"):
             for operation in paths[route].values():
                 operation["security"] = [{"api_key": []}]
     return {

@@ -70,11 +70,24 @@ def test_channel_model_list_means_same_names(tmp_path: Path) -> None:
     assert load_settings(config).gateway.channels[0].models == {"m1": "m1", "m2": "m2"}
 
 
+def test_a_cloud_kind_of_channel_is_sent_no_extras_nor_health_probes_unless_told(tmp_path: Path) -> None:
+    config = tmp_path / "gw.yaml"
+    config.write_text("channels:\n  - {name: a, base_url: 'http://x', models: [m], kind: anthropic}\n"
+                      "  - {name: b, base_url: 'http://x', models: [m], kind: azure, api_version: '2024-10-21',"
+                      " extras: [priority]}\n  - {name: c, base_url: 'http://x', models: [m]}\n")
+    channels = load_settings(config).gateway.channels
+    assert [c.extras for c in channels] == [set(), {"priority"}, {"cache_salt", "priority"}]
+    assert [c.health_path for c in channels] == [None, None, "/health"]
+
+
 @pytest.mark.parametrize(
     ("yaml_text", "expected"),
     [
         ("channels:\n  - {name: a, base_url: 'ftp://x', models: [m]}\n", "gateway.channels.0.base_url"),
         ("channels:\n  - {name: a, base_url: 'http://x', models: []}\n", "gateway.channels.0.models"),
+        ("channels:\n  - {name: a, base_url: 'http://x', models: [m], kind: azure}\n", "needs api_version"),
+        ("channels:\n  - {name: a, base_url: 'http://x', models: [m], api_version: v1}\n", "is for azure"),
+        ("channels:\n  - {name: a, base_url: 'http://x', models: [m], kind: bedrock}\n", "gateway.channels.0.kind"),
         ("workers: 2\n", "workers > 1 needs redis_url"),
         ("default_priority_class: gold\n", "gold"),
         ("timeouts: {connect: 5, total: 1}\n", "exceeds timeouts.total"),

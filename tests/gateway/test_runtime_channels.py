@@ -137,8 +137,9 @@ async def test_the_admin_cli_adds_updates_groups_and_removes_channels(
     assert added["api_key_set"] is True and added["settings"]["stream_upstream"] is False  # type: ignore[index]
     group = await cli("model-groups", "set", "assistant", "--target", "cli-1=upstream-tiny", "--fallback", "smollm2")
     assert group["fallbacks"] == ["smollm2"]
-    updated = await cli("channels", "update", "cli-1", "--weight", "3")
+    updated = await cli("channels", "update", "cli-1", "--weight", "3", "--kind", "azure", "--api-version", "2024-10-21")
     assert updated["weight"] == 3 and updated["api_key_set"] is True
+    assert updated["settings"]["kind"] == "azure" and updated["settings"]["api_version"] == "2024-10-21"  # type: ignore[index]
     assert (await cli("channels", "remove", "cli-1"))["draining"] is True
 
 

@@ -70,19 +70,11 @@ class MockUpstream:
             Route("/health", self._health),
             Route("/metrics", self._metrics),
         ])
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                timeout_graceful_shutdown=0.2, lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._task = asyncio.create_task(self._server.serve())
-        while not self._server.started:
-            await asyncio.sleep(0.01)
+        self._server, self._task = await serve_in_loop(app, self.port)
         return self
 
     async def stop(self) -> None:
-        if self._server is not None and self._task is not None:
-            self._server.should_exit = True
-            self._server.force_exit = True
-            await asyncio.wait_for(self._task, 5)
+        await stop_in_loop(self._server, self._task)
 
     async def _health(self, request: Request) -> Response:
         self.health_checks += 1
@@ -186,6 +178,24 @@ class MockUpstream:
                                     "total_tokens": prompt_tokens + n}})
         self.completed += 1
         yield b"data: [DONE]\n\n"
+
+
+async def serve_in_loop(app: Starlette, port: int) -> tuple[uvicorn.Server, asyncio.Task[None]]:
+    """A loopback server for `app` inside the test's event loop, once it accepts connections."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=0.2,
+                            lifespan="off")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    return server, task
+
+
+async def stop_in_loop(server: uvicorn.Server | None, task: asyncio.Task[None] | None) -> None:
+    if server is not None and task is not None:
+        server.should_exit = True
+        server.force_exit = True
+        await asyncio.wait_for(task, 5)
 
 
 async def _gzipped(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

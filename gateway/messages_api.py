@@ -1,0 +1,74 @@
+"""`POST /v1/messages`: Anthropic's Messages API, served as chat completions through the gateway's one path.
+
+Requests, answers and streams are translated by `gateway.anthropic_wire`; errors take Anthropic's shape
+(`{"type": "error", "error": {"type", "message"}}`) with the gateway's status and headers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from gateway.anthropic_wire import MessagesEvents, chat_request, messages_answer, messages_error
+from gateway.client_wire import BeforeEnd
+from gateway.errors import ApiError, invalid_request
+from gateway.openai_request import OpenAIRequest, read
+from gateway.relay import Outcome, StreamRelay, outcome_error
+from tidegate.request_body import decode_json
+
+
+class MessagesWire:
+    chat = True
+
+    def parse(self, raw: bytes, *, classes: set[str], max_depth: int) -> OpenAIRequest:
+        body = decode_json(raw, max_depth=max_depth)
+        if not isinstance(body, dict):
+            raise invalid_request("the body must be a JSON object")
+        call = read(chat_request(body), chat=True, classes=classes)
+        call.wants_usage = True  # a Messages stream always ends with its usage
+        return call
+
+    def error_body(self, error: ApiError) -> dict[str, Any]:
+        return messages_error(error)
+
+    def whole(self, status: int, body: bytes) -> tuple[int, bytes]:
+        answer = json.loads(body)  # the gateway's own JSON: a served chat completion or its OpenAI error
+        if status >= 300:
+            message = str(answer.get("error", {}).get("message") or "the upstream refused the request")
+            return status, _encode(messages_error(ApiError(status, message)))
+        try:
+            return status, _encode(self.answer(answer))
+        except ApiError as error:
+            return error.status, _encode(messages_error(error))
+
+    def answer(self, whole: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return messages_answer(whole)
+        except ApiError as error:  # the upstream's answer, not the client's request, is what cannot be carried
+            raise ApiError(502, f"the upstream's answer cannot be sent as a message: {error.message}",
+                           "upstream_error", "untranslatable_answer") from None
+
+    async def events(self, relay: StreamRelay, before_end: BeforeEnd, model: str,
+                     prompt_tokens: int) -> AsyncIterator[bytes]:
+        stream = MessagesEvents(model, prompt_tokens)
+        async for chunk in relay.json_chunks():
+            for name, data in stream.add(chunk):
+                yield named_event(name, data)
+        await before_end()  # settled before the client sees the end
+        if relay.outcome is Outcome.ok:
+            for name, data in stream.finish():
+                yield named_event(name, data)
+        else:
+            yield named_event("error", messages_error(outcome_error(relay.outcome)))
+
+
+def named_event(name: str, data: dict[str, Any]) -> bytes:
+    return f"event: {name}\ndata: ".encode() + _encode(data) + b"\n\n"
+
+
+def _encode(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+MESSAGES = MessagesWire()
