@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.backend.backend_process import BackendProcess
 from tests.redis_cluster import RedisClusterServers
 from tests.servers import RedisServer, free_port
 
@@ -50,3 +51,15 @@ def model_path() -> Path:
     from backend.loading.model_cache import pull
 
     return pull("smollm2", quiet=True)
+
+
+@pytest.fixture(scope="session")
+def shared_backend(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackendProcess]:
+    """One `tidegate backend` with its default flags, started on first use and shared by every module that needs no
+    flags of its own: each model load costs 10-15 s of the suite's budget. Tests on it must not depend on what
+    earlier modules left in its prefix cache or logs (use unique prompts and request ids, compare metric deltas)."""
+    backend = BackendProcess(model_path, tmp_path_factory.mktemp("shared-backend") / "backend.log")
+    try:
+        yield backend.start(health_timeout=240)
+    finally:
+        backend.stop()

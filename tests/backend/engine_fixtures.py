@@ -42,15 +42,21 @@ def prompt_ids(loaded_model: LoadedModel) -> list[list[int]]:
 
 
 @pytest.fixture(scope="session")
-def reference_tokens(model_path: Path, prompt_ids: list[list[int]]) -> list[list[int]]:
-    """transformers' greedy continuation of each prompt (float32, REFERENCE_TOKENS long), computed in one
-    left-padded static batch: batch 1 per prompt would take minutes on this CPU."""
+def hf_model(model_path: Path) -> Any:
+    """transformers' model over the same GGUF (float32), loaded once per run: the load alone takes seconds."""
     from transformers import AutoModelForCausalLM
 
     hf: Any = AutoModelForCausalLM.from_pretrained(
         str(model_path.parent), gguf_file=model_path.name, dtype=torch.float32
     )
-    hf.eval()
+    return hf.eval()
+
+
+@pytest.fixture(scope="session")
+def reference_tokens(hf_model: Any, prompt_ids: list[list[int]]) -> list[list[int]]:
+    """transformers' greedy continuation of each prompt (float32, REFERENCE_TOKENS long), computed in one
+    left-padded static batch: batch 1 per prompt would take minutes on this CPU."""
+    hf = hf_model
     width = max(len(ids) for ids in prompt_ids)
     input_ids = torch.tensor([[0] * (width - len(ids)) + ids for ids in prompt_ids])
     mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids])

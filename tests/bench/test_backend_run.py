@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -15,13 +13,9 @@ from bench.workloads import Workload, WorkloadSpec
 from tests.backend.backend_process import BackendProcess
 
 
-@pytest.fixture(scope="module")
-def backend_url(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    backend = BackendProcess(model_path, tmp_path_factory.mktemp("backend") / "backend.log")
-    try:
-        yield backend.start(health_timeout=240).url
-    finally:
-        backend.stop()
+@pytest.fixture
+def backend_url(shared_backend: BackendProcess) -> str:
+    return shared_backend.url
 
 
 @pytest.mark.parametrize("endpoint", ["/v1/completions", "/v1/chat/completions"])

@@ -55,21 +55,19 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
         yield client
 
 
-@pytest.fixture(scope="module")
-def backend_url(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real `tidegate backend` replica serving the model, shared by the tests of one module."""
-    backend = BackendProcess(model_path, tmp_path_factory.mktemp("backend") / "backend.log")
-    try:
-        yield backend.start().base_url
-    finally:
-        backend.stop()
+@pytest.fixture
+def backend_url(shared_backend: BackendProcess) -> str:
+    """The session's real `tidegate backend` replica serving the model."""
+    return shared_backend.base_url
 
 
 @pytest.fixture
 async def backend_gateway(backend_url: str,
                           gateway_for: Callable[..., Awaitable[GatewayHarness]]) -> GatewayHarness:
-    """A gateway whose one channel is the real backend, serving the model under its own name."""
-    return await gateway_for([], channels=[{"name": "backend", "base_url": backend_url, "models": ["smollm2"]}])
+    """A gateway whose one channel is the real backend, serving the model under its own name. The first-token
+    deadline is long: on a shared CPU a grammar compile plus a prefill can take longer than the default 30 s."""
+    return await gateway_for([], channels=[{"name": "backend", "base_url": backend_url, "models": ["smollm2"]}],
+                             timeouts={"first_token": 100.0, "total": 120.0})
 
 
 @pytest.fixture(scope="module")

@@ -30,12 +30,16 @@ class LiveStack:
 
 @contextmanager
 def live_stack(workdir: Path, model_path: Path, gateway: dict[str, Any] | None = None,
-               env: dict[str, str] | None = None, channel: dict[str, Any] | None = None) -> Iterator[LiveStack]:
+               env: dict[str, str] | None = None, channel: dict[str, Any] | None = None,
+               backend: BackendProcess | None = None) -> Iterator[LiveStack]:
     """Backend and gateway (embedded store, revocation seen on the next request) started side by side.
 
     `gateway` adds to the gateway's YAML config, `channel` to its one channel's; `env` goes to both processes.
+    A `backend` already running is used (and left running) instead of a new one.
     """
-    backend = BackendProcess(model_path, workdir / "backend.log", env=env).launch()
+    own_backend = backend is None
+    if backend is None:
+        backend = BackendProcess(model_path, workdir / "backend.log", env=env).launch()
     port = free_port()
     config = workdir / "gateway.yaml"
     config.write_text(yaml.safe_dump({
@@ -56,7 +60,8 @@ def live_stack(workdir: Path, model_path: Path, gateway: dict[str, Any] | None =
         yield LiveStack(gateway_process.url, backend)
     finally:
         gateway_process.stop()
-        backend.stop()
+        if own_backend:
+            backend.stop()
 
 
 def _wait_for_healthy_channel(url: str, timeout: float = 15.0) -> None:

@@ -18,6 +18,7 @@ import openai
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from tests.backend.backend_process import BackendProcess
 from tests.gateway.live_stack import ADMIN_KEY, LiveStack, live_stack
 
 CHROMIUM = "/usr/bin/chromium"
@@ -28,8 +29,10 @@ pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debi
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[LiveStack]:
-    with live_stack(tmp_path_factory.mktemp("console-stack"), model_path, channel={"cost_per_hour": 2.4}) as running:
+def stack(tmp_path_factory: pytest.TempPathFactory, model_path: Path,
+          shared_backend: BackendProcess) -> Iterator[LiveStack]:
+    with live_stack(tmp_path_factory.mktemp("console-stack"), model_path, channel={"cost_per_hour": 2.4},
+                    backend=shared_backend) as running:
         yield running
 
 

@@ -16,7 +16,7 @@ from tests.reliability.processes import GatewayProcess
 from tests.reliability.stack import gateway_over_instant_upstream
 
 CHUNKS = 20
-SOAK_SECONDS = 60.0
+SOAK_SECONDS = 40.0
 SOAK_RATE = 40.0  # requests per second, half of them streamed
 
 
@@ -86,7 +86,7 @@ async def test_soak_at_a_fixed_rate_does_not_grow_memory(gateway: GatewayProcess
                 del elapsed
             return Counter(await asyncio.gather(*tasks))
 
-        warm = await run_for(10.0)
+        warm = await run_for(5.0)
         before = gateway.rss_bytes()
         soaked = await run_for(SOAK_SECONDS)
         after = gateway.rss_bytes()

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from backend.loading.loader import LoadedModel, load_model
+from backend.loading.loader import LoadedModel
+from tests.backend import engine_fixtures
 from tests.backend.model_harness import (
     BLOCK_SIZE,
     make_kv_caches,
@@ -33,16 +33,13 @@ PROMPTS = [
 MODEL_LEVEL = PROMPTS[1::3]
 
 
-@pytest.fixture(scope="module")
-def smollm(model_path: Path) -> LoadedModel:
-    return load_model(model_path)
+hf_model = engine_fixtures.hf_model  # one transformers load per run, shared with the engine tests
+loaded_model = engine_fixtures.loaded_model
 
 
-@pytest.fixture(scope="module")
-def hf_model(model_path: Path) -> Any:
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(str(model_path.parent), gguf_file=model_path.name, dtype=torch.float32)
+@pytest.fixture
+def smollm(loaded_model: LoadedModel) -> LoadedModel:
+    return loaded_model
 
 
 def hf_greedy(hf_model: Any, prompt: list[int], new_tokens: int) -> list[int]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
 from typing import Any
 
 import jsonschema
@@ -40,8 +39,8 @@ ASK_WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 @pytest.fixture(scope="module")
-def backend(launch_backend: Callable[..., BackendProcess]) -> BackendProcess:
-    return launch_backend().wait_ready()
+def backend(shared_backend: BackendProcess) -> BackendProcess:
+    return shared_backend
 
 
 @pytest.fixture(scope="module")
