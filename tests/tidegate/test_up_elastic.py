@@ -16,7 +16,9 @@ from tests.waiting import wait_until
 # short windows, and a target that a few clients exceed at once: each replica runs one request at a time
 ELASTIC_FLAGS = ("--replicas", "1:2", "--metrics-interval", "0.5", "--scale-up-window", "2",
                  "--scale-down-window", "4", "--cooldown", "1", "--target-waiting", "1", "--target-ttft-p95", "60")
-ONE_AT_A_TIME = {"TIDEGATE_BACKEND__MAX_NUM_SEQS": "1"}
+# and deadlines long enough for the queue to wait out a replica's model load on a busy machine
+ONE_AT_A_TIME = {"TIDEGATE_BACKEND__MAX_NUM_SEQS": "1", "TIDEGATE_BACKEND__QUEUE_TIMEOUT": "240",
+                 "TIDEGATE_GATEWAY__TIMEOUTS__FIRST_TOKEN": "240", "TIDEGATE_GATEWAY__TIMEOUTS__TOTAL": "300"}
 
 
 class Load:
