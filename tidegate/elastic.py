@@ -84,12 +84,12 @@ class ElasticReplicas:
         if now >= self._next_read:
             self._next_read = now + self._policy.settings.metrics_interval
             serving = {r.child.name: f"{r.child.url}/metrics" for r in self._in(ReplicaState.SERVING)}
-            sample = self._reader.read(serving, now)
+            sample = self._reader.read(serving, self._clock)
             if sample is not None:
                 self._samples.append(sample)
         if self._in(ReplicaState.STARTING) or self._in(ReplicaState.DRAINING):
             return  # one change at a time: the next is judged on the load once this one has landed
-        serving_count = len(self._in(ReplicaState.SERVING))
+        serving_count, now = len(self._in(ReplicaState.SERVING)), self._clock()  # the reads took a while
         decision = decide(self._samples, serving_count, self._policy, now, self._minute(), self._last_change)
         if decision.action is not Action.HOLD:
             self._carry_out(decision, serving_count, now)

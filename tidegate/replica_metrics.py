@@ -8,7 +8,7 @@ histograms (summed over replicas), interpolated within a bucket as Prometheus' h
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import httpx
@@ -76,8 +76,8 @@ class LoadReader:
         self._timeout = timeout
         self._last_buckets: dict[str, Buckets] = {}
 
-    def read(self, metrics_urls: Mapping[str, str], at: float) -> Sample | None:
-        """One sample over the replicas that answered; None when none did."""
+    def read(self, metrics_urls: Mapping[str, str], clock: Callable[[], float]) -> Sample | None:
+        """One sample over the replicas that answered, stamped when the last answer came; None when none did."""
         answered, waiting, running = 0, 0.0, 0.0
         new: Buckets = {}
         for name, url in metrics_urls.items():
@@ -100,4 +100,4 @@ class LoadReader:
             del self._last_buckets[gone]
         if not answered:
             return None
-        return Sample(at, answered, waiting, running, histogram_quantile(0.95, new))
+        return Sample(clock(), answered, waiting, running, histogram_quantile(0.95, new))
