@@ -1,10 +1,10 @@
 """The autoscaler's decision: from recent load samples, the replica count, a schedule and the time, scale up,
 down or hold. Pure: no clocks, no I/O, so recorded metric series replay exactly in tests.
 
-Up when the waiting queue per replica or the P95 time to first token stays above its target for a whole window;
-down, one replica at a time, when the load stays low for a longer window; never below MIN or the schedule's floor
-for the hour, never above MAX; and a cool-down after every change so a new replica can absorb the queue before
-it is judged.
+Up when the waiting queue per replica, or every P95 time to first token measured, stays above its target for a
+whole window; down, one replica at a time, when the load stays low for a longer window; never below MIN or the
+schedule's floor for the hour, never above MAX; and a cool-down after every change so a new replica can absorb
+the queue before it is judged.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from config import AutoscaleSettings
@@ -150,32 +150,40 @@ def decide(samples: Sequence[Sample], replicas: int, policy: ScalePolicy, now: f
     if now - last_change < settings.cooldown:
         return Decision(Action.HOLD, replicas, "cooling down")
     recent = [s for s in samples if s.at >= last_change and s.replicas == replicas]
-    if replicas < ceiling and _sustained(recent, now, settings.scale_up_window, lambda s: _high(s, policy)):
-        return Decision(Action.UP, replicas + 1, _high(recent[-1], policy) or "high")
-    if replicas > floor and _sustained(recent, now, settings.scale_down_window, lambda s: _low(s, policy)):
+    watched = _window(recent, now, settings.scale_up_window)
+    if replicas < ceiling and watched and (reason := _too_high(watched, settings)):
+        return Decision(Action.UP, replicas + 1, f"{reason} for {settings.scale_up_window:g}s")
+    watched = _window(recent, now, settings.scale_down_window)
+    if replicas > floor and watched and _low(watched, policy):
         return Decision(Action.DOWN, replicas - 1, f"low load for {settings.scale_down_window:g}s")
     return Decision(Action.HOLD, replicas, "within targets")
 
 
-def _sustained(samples: Sequence[Sample], now: float, window: float, holds: Callable[[Sample], object]) -> bool:
+def _window(samples: Sequence[Sample], now: float, window: float) -> list[Sample]:
+    """The samples of the last `window` seconds; none until the samples reach back that far."""
     if not samples or samples[0].at > now - window:
-        return False  # not watched for a whole window yet
-    return all(holds(s) for s in samples if s.at >= now - window)
+        return []
+    return [s for s in samples if s.at >= now - window]
 
 
-def _high(sample: Sample, policy: ScalePolicy) -> str:
-    """Why the load of this sample is too high, or '' when it is not."""
-    settings = policy.settings
-    per_replica = sample.waiting / max(sample.replicas, 1)
-    if per_replica > settings.target_waiting:
-        return f"waiting {per_replica:g} per replica > {settings.target_waiting:g}"
-    if sample.ttft_p95 is not None and sample.ttft_p95 > settings.target_ttft_p95:
-        return f"P95 TTFT {sample.ttft_p95:.2f}s > {settings.target_ttft_p95:g}s"
+def _ttfts(samples: Sequence[Sample]) -> list[float]:
+    """The P95 TTFTs measured; a read in which no request finished says nothing about the TTFT either way."""
+    return [s.ttft_p95 for s in samples if s.ttft_p95 is not None]
+
+
+def _too_high(samples: Sequence[Sample], settings: AutoscaleSettings) -> str:
+    """Why the load stayed too high through these samples, or '' when it did not."""
+    waiting = min(s.waiting / max(s.replicas, 1) for s in samples)
+    if waiting > settings.target_waiting:
+        return f"waiting {waiting:g} per replica > {settings.target_waiting:g}"
+    ttfts = _ttfts(samples)
+    if ttfts and min(ttfts) > settings.target_ttft_p95:
+        return f"P95 TTFT {min(ttfts):.2f}s > {settings.target_ttft_p95:g}s"
     return ""
 
 
-def _low(sample: Sample, policy: ScalePolicy) -> bool:
-    settings = policy.settings
-    room = math.ceil((sample.replicas - 1) * policy.batch_size * LOW_BATCH_SHARE)
-    ttft_low = sample.ttft_p95 is None or sample.ttft_p95 <= settings.target_ttft_p95 * LOW_TTFT_SHARE
-    return sample.waiting == 0 and sample.running <= room and ttft_low
+def _low(samples: Sequence[Sample], policy: ScalePolicy) -> bool:
+    room = math.ceil((samples[0].replicas - 1) * policy.batch_size * LOW_BATCH_SHARE)
+    ttft_limit = policy.settings.target_ttft_p95 * LOW_TTFT_SHARE
+    return (all(s.waiting == 0 and s.running <= room for s in samples)
+            and all(t <= ttft_limit for t in _ttfts(samples)))

@@ -1,9 +1,11 @@
-"""The autoscaler's decision over recorded metric series: each row is a series of samples (one a second), the
-replicas serving, the time of day, and the decision the series must produce."""
+"""The autoscaler's decision over metric series: table rows of samples (one a second) with the replicas serving,
+the time of day and the decision the series must produce; and a series recorded from a real stack, replayed."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -44,6 +46,12 @@ SHORT_BURST = series(1, (0, 1, 0.2), (6, 4, 0.4), (7, 4, 0.6), (5, 4, 0.8), (0, 
 # after the peak on two replicas: the queue gone, the last requests finishing, then nothing
 AFTER_PEAK = series(2, (1, 8, 0.9), (0, 6, 0.6), (0, 2, 0.3), *[(0, 0, None)] * 11)
 
+# long requests: few finish between two reads, so most reads carry no TTFT
+SPARSE_SLOW = series(1, (0, 4, 1.5), (0, 4, None), (0, 4, None), (0, 4, 1.7), (0, 4, None), (0, 4, None),
+                     (0, 4, 2.1), (0, 4, None))
+SPARSE_MIXED = series(1, (0, 4, 1.5), (0, 4, None), (0, 4, None), (0, 4, 1.7), (0, 4, None), (0, 4, None),
+                      (0, 4, 2.1), (0, 4, 0.8))
+
 
 @dataclass(slots=True, frozen=True)
 class Case:
@@ -70,6 +78,8 @@ CASES = [
     Case("a burst shorter than the window holds", SHORT_BURST, 1, Action.HOLD, 1),
     Case("P95 TTFT above target with an empty queue adds one", steady(1, 7, 0, 4, 1.6), 1, Action.UP, 2),
     Case("TTFT without finished requests is no signal", steady(1, 7, 0, 4, None), 1, Action.HOLD, 1),
+    Case("sparse TTFT readings, each above target, add one", SPARSE_SLOW, 1, Action.UP, 2),
+    Case("one TTFT reading under target in the window holds", SPARSE_MIXED, 1, Action.HOLD, 1),
     Case("never above MAX", steady(3, 8, 20, 12, 4.0), 3, Action.HOLD, 3),
     Case("within the cool-down after a change it holds", steady(1, 8, 9, 4, 3.0), 1, Action.HOLD, 1,
          last_change=5.0),
@@ -99,8 +109,8 @@ def test_decision_over_recorded_series(case: Case) -> None:
 
 
 def test_a_scale_up_names_what_was_over_its_target() -> None:
-    assert "waiting 8 per replica > 2" in Case("", LOAD_STEP, 1, Action.UP, 2).decide()[2]
-    assert "P95 TTFT 1.60s > 1s" in Case("", steady(1, 7, 0, 4, 1.6), 1, Action.UP, 2).decide()[2]
+    assert Case("", LOAD_STEP, 1, Action.UP, 2).decide()[2] == "waiting 5 per replica > 2 for 5s"
+    assert Case("", steady(1, 7, 0, 4, 1.6), 1, Action.UP, 2).decide()[2] == "P95 TTFT 1.60s > 1s for 5s"
 
 
 @pytest.mark.parametrize(("text", "expected"), [("1", ReplicaRange(1, 1)), ("2:4", ReplicaRange(2, 4)),
@@ -132,3 +142,43 @@ def test_a_schedule_needs_a_range_that_holds_it() -> None:
     assert schedule_problem(ReplicaRange(2, 2), windows) == "--schedule needs --replicas MIN:MAX"
     assert schedule_problem(ReplicaRange(1, 2), windows) == "--schedule asks for 3 replicas, above MAX 2"
     assert schedule_problem(ReplicaRange(1, 3), windows) is None
+
+
+RECORDED = json.loads((Path(__file__).parent / "data" / "load_step_1_to_2.json").read_text())
+E2E_SETTINGS = AutoscaleSettings(metrics_interval=0.5, scale_up_window=2, scale_down_window=4, cooldown=1,
+                                 target_waiting=1, target_ttft_p95=60)
+
+
+def replay(settings: AutoscaleSettings) -> list[tuple[Sample, Action]]:
+    """The decision at each recorded read, as the driver takes it: with the replicas read then, and the last change
+    when backend-2 began serving."""
+    samples = [Sample(*row) for row in RECORDED["samples"]]
+    serving = RECORDED["events"]["backend-2 serving"]
+    policy = ScalePolicy(ReplicaRange(1, 2), (), settings, batch_size=1)
+    return [(s, decide(samples[:i + 1], s.replicas, policy, s.at, NOON, serving if s.replicas == 2 else 0.0).action)
+            for i, s in enumerate(samples)]
+
+
+def test_the_recorded_load_step_scales_up_one_window_after_the_queue_formed() -> None:
+    decisions = replay(E2E_SETTINGS)
+    queued = next(s.at for s, _ in decisions if s.waiting > 1)
+    first_up = next(s.at for s, action in decisions if action is Action.UP)
+    assert queued + 2 - 0.75 <= first_up <= queued + 2 + 1.0  # one window, give or take one read
+    assert all(action is Action.HOLD for s, action in decisions if s.at < first_up)
+
+
+def test_a_ttft_target_alone_scales_the_recorded_step_once_every_reading_in_the_window_is_over_it() -> None:
+    decisions = replay(E2E_SETTINGS.model_copy(update={"target_waiting": 10, "target_ttft_p95": 5,
+                                                       "scale_up_window": 5}))
+    first_up = next(s.at for s, action in decisions if action is Action.UP)
+    last_fast = max(s.at for s, _ in decisions if s.ttft_p95 is not None and s.ttft_p95 <= 5 and s.at < first_up)
+    assert last_fast + 5 <= first_up <= last_fast + 5 + 1.5
+
+
+def test_the_recorded_peak_on_two_replicas_is_never_scaled_down_while_a_request_waits() -> None:
+    decisions = replay(E2E_SETTINGS)
+    on_two = [(s, action) for s, action in decisions if s.replicas == 2]
+    assert on_two and all(action is not Action.UP for _, action in on_two)  # MAX
+    for sample, action in on_two:
+        if action is Action.DOWN:
+            assert all(s.waiting == 0 for s, _ in on_two if sample.at - 4 <= s.at <= sample.at)
