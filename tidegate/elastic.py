@@ -44,6 +44,10 @@ def minute_of_day() -> int:
     return now.tm_hour * 60 + now.tm_min
 
 
+def _index(replica: Replica) -> int:
+    return int(replica.child.name.removeprefix(REPLICA_PREFIX))
+
+
 def log_event(event: str, **fields: object) -> None:
     print(json.dumps({"event": f"autoscale.{event}", **fields}), flush=True)
 
@@ -106,7 +110,7 @@ class ElasticReplicas:
             for _ in range(decision.replicas - serving_count):
                 self._start(now)
         else:
-            newest_first = sorted(self._in(ReplicaState.SERVING), key=lambda r: r.child.name, reverse=True)
+            newest_first = sorted(self._in(ReplicaState.SERVING), key=_index, reverse=True)
             for replica in newest_first[:serving_count - decision.replicas]:
                 self._drain(replica, now)
 
@@ -118,7 +122,11 @@ class ElasticReplicas:
         self._replicas.append(Replica(child, ReplicaState.STARTING, now))
 
     def _drain(self, replica: Replica, now: float) -> None:
-        self._channels.drain(replica.child.name)
+        try:
+            self._channels.drain(replica.child.name)
+        except httpx.HTTPError as exc:  # the gateway is restarting: the next decision will ask again
+            log_event("drain_failed", replica=replica.child.name, error=type(exc).__name__)
+            return
         replica.state, replica.since = ReplicaState.DRAINING, now
         log_event("draining", replica=replica.child.name)
 
