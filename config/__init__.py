@@ -1,5 +1,6 @@
 """Settings for every tier, from defaults, an optional YAML file, `TIDEGATE_*` variables and flags."""
 
+from config.autoscale import AutoscaleSettings
 from config.backend import BackendSettings, EngineSettings
 from config.gateway import (
     REQUEST_EXTRAS,
@@ -22,6 +23,7 @@ from config.stores import OnRedisDown, RedisDownPolicy, StoreSettings
 
 __all__ = [
     "REQUEST_EXTRAS",
+    "AutoscaleSettings",
     "BackendSettings",
     "Breaker",
     "Channel",

@@ -10,6 +10,7 @@ from pydantic import Field, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from config.autoscale import AutoscaleSettings
 from config.backend import BackendSettings
 from config.gateway import GatewaySettings
 from tidegate.url_credentials import redact_url
@@ -27,6 +28,7 @@ class Settings(BaseSettings):
     model_dir: Path = Field(default=Path("~/.cache/tidegate/models"))
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     backend: BackendSettings = Field(default_factory=BackendSettings)
+    autoscale: AutoscaleSettings = Field(default_factory=AutoscaleSettings)
 
     def resolved_model_dir(self) -> Path:
         return self.model_dir.expanduser()

@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from config import BackendSettings, Settings, SettingsError, load_settings
+from config import AutoscaleSettings, BackendSettings, Settings, SettingsError, load_settings
+from tidegate.autoscale import ReplicaRange, parse_replicas, parse_schedule, schedule_problem
 from tidegate.settings_flags import add_settings_flags
 
 # subcommand -> the module that implements it (imported only when run, so each pays for its own imports)
@@ -32,7 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     up = sub.add_parser("up", help="start backend replicas and a gateway on this machine")
-    up.add_argument("--replicas", type=int, default=1, help="backend replicas (default 1)")
+    up.add_argument("--replicas", type=_checked(parse_replicas), default=ReplicaRange(1, 1), metavar="N|MIN:MAX",
+                    help="backend replicas: N, or MIN:MAX to autoscale between them on load (default 1)")
+    up.add_argument("--schedule", type=_checked(parse_schedule), default=(), metavar="HH:MM-HH:MM=N,...",
+                    help="with MIN:MAX: at least N replicas in each window of local time, for predictable peaks")
     up.add_argument("--port", type=int, default=8000, help="gateway port (default 8000)")
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--redis", metavar="URL", help="use Redis instead of the embedded store")
@@ -42,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--show-keys", action=argparse.BooleanOptionalAction, default=None,
                     help="print the admin and API keys (default: only when they are created; --no-show-keys "
                          "never prints them, only the files that hold them)")
+    up.set_defaults(setting_fields=add_settings_flags(up, AutoscaleSettings))
 
     be = sub.add_parser("backend", help="serve one inference replica over the OpenAI API")
     be.add_argument("--config", type=Path, help="YAML file of backend settings")
@@ -73,6 +78,16 @@ def build_parser() -> argparse.ArgumentParser:
     pull = model_sub.add_parser("pull", help="fetch a named model into the cache and print its path")
     pull.add_argument("name", nargs="?", default="smollm2")
     return parser
+
+
+def _checked(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A parser whose ValueError argparse prints as it is (it hides any other message behind the type's name)."""
+    def checked(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return checked
 
 
 def _delegate_arguments(parser: argparse.ArgumentParser, command: str) -> None:
@@ -107,6 +122,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command in ("backend", "gateway"):
             args.settings = settings_from_args(args, args.command, args.setting_fields)
+        elif args.command == "up":
+            args.settings = settings_from_args(args, "autoscale", args.setting_fields)
+            problem = args.schedule and schedule_problem(args.replicas, args.schedule)
+            if problem:
+                print(f"tidegate up: {problem}", file=sys.stderr)
+                return 2
         else:
             args.settings = load_settings()
         return int(_run_tier(args.command)(args) or 0)

@@ -1,9 +1,12 @@
-"""Child processes of the CLI, the benchmarks and the tests: wait until one is healthy, stop one cleanly."""
+"""Child processes of the CLI, the benchmarks and the tests: start one with its log, wait until one is healthy,
+stop one cleanly."""
 
 from __future__ import annotations
 
 import subprocess
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 
@@ -33,3 +36,36 @@ def stop_process(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) ->
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+@dataclass(slots=True)
+class Child:
+    """A long-running child of `tidegate up`, which restarts it with backoff when it dies."""
+
+    name: str
+    argv: list[str]
+    health_url: str
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    backoff: float = 1.0
+    restart_at: float | None = None
+    restarts: int = field(default=0)
+
+    def start(self) -> None:
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self.started_at = time.monotonic()
+        self.restart_at = None
+        print(f"started {self.name} (pid {self.proc.pid}); log {self.log_path}", flush=True)
+
+    @property
+    def url(self) -> str:
+        return self.health_url.removesuffix("/health")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        stop_process(self.proc, timeout)

@@ -12,49 +12,26 @@ import argparse
 import json
 import os
 import signal
-import subprocess
+import socket
 import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import httpx
 import yaml
 
 from config import Settings
-from tidegate.processes import stop_process
+from tidegate.autoscale import ScalePolicy
+from tidegate.elastic import ElasticReplicas, minute_of_day
+from tidegate.processes import Child
+from tidegate.replica_channels import REPLICA_PREFIX, ReplicaChannels
 from tidegate.secret_files import new_admin_key, secret_file, write_secret
 
 BACKOFF_MAX = 30.0
 STABLE_AFTER = 60.0  # a child that has lived this long gets its backoff reset
-REPLICA_PREFIX = "backend-"  # the channels `tidegate up` owns in the store
-
-
-@dataclass(slots=True)
-class Child:
-    name: str
-    argv: list[str]
-    health_url: str
-    log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
-    started_at: float = 0.0
-    backoff: float = 1.0
-    restart_at: float | None = None
-    restarts: int = field(default=0)
-
-    def start(self) -> None:
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-        self.started_at = time.monotonic()
-        self.restart_at = None
-        print(f"started {self.name} (pid {self.proc.pid}); log {self.log_path}", flush=True)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self, timeout: float = 10.0) -> None:
-        stop_process(self.proc, timeout)
 
 
 def _tidegate(*args: str) -> list[str]:
@@ -100,42 +77,32 @@ def bootstrap_api_key(base_url: str, admin_key: str, key_file: Path) -> tuple[st
     return secret, True
 
 
-def register_replicas(base_url: str, admin_key: str, backends: list[Child], served: str) -> None:
-    """Adds (or points again) a channel per backend replica, and drains those of replicas this run does not have:
-    the store keeps channels across runs, and a run with fewer replicas must not route to the missing ones."""
-    admin = {"Authorization": f"Bearer {admin_key}"}
-    wanted = {b.name: {"base_url": b.health_url.removesuffix("/health") + "/v1", "models": [served]}
-              for b in backends}
-    listed = httpx.get(f"{base_url}/admin/channels", headers=admin, timeout=10).json()["data"]
-    for name, fields in wanted.items():
-        created = httpx.post(f"{base_url}/admin/channels", headers=admin, json={"name": name, **fields}, timeout=10)
-        if created.status_code == 409:
-            httpx.patch(f"{base_url}/admin/channels/{name}", headers=admin, json=fields, timeout=10
-                        ).raise_for_status()
-        else:
-            created.raise_for_status()
-    for row in listed:
-        if row["name"].startswith(REPLICA_PREFIX) and row["name"] not in wanted:
-            httpx.delete(f"{base_url}/admin/channels/{row['name']}", headers=admin, timeout=10)
+def _port(preferred: int) -> int:
+    """`preferred` when it is free, else one the system picks: a replica added at run time must not collide."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", preferred))
+        except OSError:
+            sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
-def build_children(args: argparse.Namespace, settings: Settings,
-                   data_dir: Path) -> tuple[list[Child], Child, str, bool]:
-    logs = data_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    backends = []
-    # replicas share the machine's cores: oversubscribed torch threads make every step slower
-    threads = max(1, (os.cpu_count() or 1) // args.replicas)
-    for i in range(args.replicas):
-        port = args.backend_port + i
-        argv = _tidegate("backend", "--model", args.model, "--host", "127.0.0.1", "--port", str(port),
-                         "--threads", str(threads))
-        if args.model == "smollm2":
-            argv += ["--served-model-name", "smollm2"]
-        backends.append(Child(f"{REPLICA_PREFIX}{i + 1}", argv, f"http://127.0.0.1:{port}/health",
-                              logs / f"backend-{i + 1}.log"))
+def backend_child(args: argparse.Namespace, logs: Path, index: int) -> Child:
+    """Replica `index` (from 1): the same flags for every replica, on the next port after the first's if free."""
+    port = _port(args.backend_port + index - 1)
+    # replicas share the machine's cores: oversubscribed torch threads make every step slower, so each gets its
+    # share of the most replicas there may be
+    threads = max(1, (os.cpu_count() or 1) // args.replicas.max)
+    argv = _tidegate("backend", "--model", args.model, "--host", "127.0.0.1", "--port", str(port),
+                     "--threads", str(threads))
+    if args.model == "smollm2":
+        argv += ["--served-model-name", "smollm2"]
+    return Child(f"{REPLICA_PREFIX}{index}", argv, f"http://127.0.0.1:{port}/health", logs / f"backend-{index}.log")
+
+
+def build_gateway(args: argparse.Namespace, data_dir: Path) -> tuple[Child, str, bool]:
     admin_key, created = secret_file(data_dir / "admin_key", new_admin_key())
-    # no channels here: the replicas are registered through the admin API once the gateway is up (register_replicas)
+    # no channels here: the replicas are registered through the admin API once the gateway is up
     config = {
         "admin_key_file": str(data_dir / "admin_key"),  # the key itself stays out of config files
         "data_dir": str(data_dir),
@@ -146,8 +113,8 @@ def build_children(args: argparse.Namespace, settings: Settings,
     gw_argv = _tidegate("gateway", "--config", str(config_path), "--host", args.host, "--port", str(args.port))
     if args.redis:
         gw_argv += ["--redis", args.redis]
-    gateway = Child("gateway", gw_argv, f"http://{args.host}:{args.port}/health", logs / "gateway.log")
-    return backends, gateway, admin_key, created
+    gateway = Child("gateway", gw_argv, f"http://{args.host}:{args.port}/health", data_dir / "logs" / "gateway.log")
+    return gateway, admin_key, created
 
 
 @dataclass(slots=True)
@@ -189,11 +156,11 @@ tidegate is up at {url}
 Ctrl-C stops everything.""", flush=True)
 
 
-def supervise(children: list[Child], stop: list[bool]) -> None:
-    """Restart crashed children with exponential backoff until asked to stop."""
+def supervise(children: list[Child], stop: list[bool], tick: Callable[[], None] | None = None) -> None:
+    """Restart crashed children with exponential backoff until asked to stop; `tick` runs once per round."""
     while not stop[0]:
         now = time.monotonic()
-        for child in children:
+        for child in list(children):
             if child.alive():
                 if now - child.started_at > STABLE_AFTER:
                     child.backoff = 1.0
@@ -206,15 +173,20 @@ def supervise(children: list[Child], stop: list[bool]) -> None:
             elif now >= child.restart_at:
                 child.restarts += 1
                 child.start()
+        if tick is not None:
+            tick()
         time.sleep(0.5)
 
 
 def main(args: argparse.Namespace) -> int:
     settings: Settings = args.settings
     data_dir = (args.data_dir or settings.gateway.data_dir).expanduser()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    backends, gateway, admin_key, admin_key_created = build_children(args, settings, data_dir)
-    everyone = [*backends, gateway]
+    (data_dir / "logs").mkdir(parents=True, exist_ok=True)
+    policy = ScalePolicy(args.replicas, args.schedule, settings.autoscale, settings.backend.max_num_seqs)
+    make_replica = partial(backend_child, args, data_dir / "logs")
+    backends = [make_replica(i + 1) for i in range(policy.floor(minute_of_day()))]
+    gateway, admin_key, admin_key_created = build_gateway(args, data_dir)
+    everyone = [*backends, gateway]  # the supervised children; an elastic stack adds and removes replicas
     stop = [False]
 
     def _stop(signum: int, frame: object) -> None:
@@ -231,13 +203,22 @@ def main(args: argparse.Namespace) -> int:
         _wait_healthy([gateway], timeout=60)
         url = f"http://{args.host}:{args.port}"
         served = "smollm2" if args.model == "smollm2" else Path(args.model).stem
-        register_replicas(url, admin_key, backends, served)
+        channels = ReplicaChannels(url, admin_key, served)
+        for child in backends:
+            channels.register(child.name, child.url)
+        channels.drain_all_but(child.name for child in backends)
         api_key, api_key_created = bootstrap_api_key(url, admin_key, data_dir / "api_key")
         # --show-keys: always; --no-show-keys: never (a container log); neither: only the run that created them
         show = args.show_keys
         print_banner(url, ShownKey(admin_key, data_dir / "admin_key", admin_key_created if show is None else show),
                      ShownKey(api_key, data_dir / "api_key", api_key_created if show is None else show), served)
-        supervise(everyone, stop)
+        tick = None
+        if args.replicas.elastic:
+            elastic = ElasticReplicas(policy, make_replica, channels, everyone)
+            elastic.adopt(backends)
+            tick = elastic.tick
+            print(f"autoscaling between {args.replicas.min} and {args.replicas.max} replicas", flush=True)
+        supervise(everyone, stop, tick)
         return 0
     except RuntimeError as exc:
         print(f"tidegate up: {exc}", file=sys.stderr)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 
+from tidegate.autoscale import ReplicaRange, ScheduleWindow
 from tidegate.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +32,10 @@ def test_design_flags_parse() -> None:
                               "redis://r:6379/0", "--workers", "2"])
     assert args.redis_url == "redis://r:6379/0" and args.workers == 2
     args = parser.parse_args(["up", "--replicas", "2", "--port", "8001", "--redis", "redis://r/0"])
-    assert args.replicas == 2 and args.redis == "redis://r/0"
+    assert args.replicas == ReplicaRange(2, 2) and args.redis == "redis://r/0"
+    args = parser.parse_args(["up", "--replicas", "1:3", "--schedule", "08:00-20:00=2", "--scale-up-window", "5"])
+    assert args.replicas == ReplicaRange(1, 3) and args.schedule == (ScheduleWindow(480, 1200, 2),)
+    assert args.scale_up_window == 5
     assert parser.parse_args(["model", "pull"]).name == "smollm2"
 
 

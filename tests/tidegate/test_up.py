@@ -4,11 +4,7 @@ and a second start reuses the same store and keys."""
 from __future__ import annotations
 
 import os
-import re
 import signal
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,47 +14,8 @@ import pytest
 from openai import OpenAI
 
 from tests.servers import free_port
+from tests.tidegate.up_process import UpProcess
 from tidegate.up import EXAMPLE_QUESTION
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-class UpProcess:
-    """`tidegate up` with its stdout collected line by line."""
-
-    def __init__(self, data_dir: Path, port: int, backend_port: int):
-        self.lines: list[str] = []
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tidegate", "up", "--port", str(port), "--backend-port", str(backend_port),
-             "--data-dir", str(data_dir)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def wait_for(self, pattern: str, timeout: float = 240.0) -> re.Match[str]:
-        deadline = time.monotonic() + timeout
-        seen = 0
-        while time.monotonic() < deadline:
-            for line in self.lines[seen:]:
-                found = re.search(pattern, line)
-                if found:
-                    return found
-            seen = len(self.lines)
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        raise AssertionError(f"no line matching {pattern!r}; output:\n" + "\n".join(self.lines[-40:]))
-
-    def interrupt(self) -> int:
-        self.proc.send_signal(signal.SIGINT)
-        return self.proc.wait(timeout=60)
 
 
 @pytest.fixture
