@@ -16,7 +16,7 @@ from config.gateway import (
     TokenBucket,
     Tracing,
 )
-from config.model_groups import ModelGroup, Target
+from config.model_groups import ModelGroup, Routing, Target
 from config.settings import Settings, SettingsError, load_settings
 from config.stores import OnRedisDown, RedisDownPolicy, StoreSettings
 
@@ -35,6 +35,7 @@ __all__ = [
     "RedisDownPolicy",
     "RequestExtra",
     "Retries",
+    "Routing",
     "ServerLimits",
     "Settings",
     "SettingsError",
