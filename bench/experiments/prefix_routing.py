@@ -65,10 +65,11 @@ def start_backends(stack: Stack, count: int, threads: int) -> list[str]:
     return urls
 
 
-def start_gateway(stack: Stack, backends: list[str], mode: str, run: int) -> tuple[str, subprocess.Popen[bytes]]:
+def start_gateway(stack: Stack, backends: list[str], mode: str, run: int,
+                  prefix_chars: int) -> tuple[str, subprocess.Popen[bytes]]:
     port = free_port()
     config = {"admin_key": ADMIN_KEY, "data_dir": str(stack.workdir / f"gateway-{run}"), "log_level": "warning",
-              "routing": {"mode": mode},
+              "routing": {"mode": mode, "prefix_chars": prefix_chars},
               "timeouts": {"connect": 5.0, "first_token": 240.0, "idle": 60.0, "total": 600.0},
               "channels": [{"name": f"r{i + 1}", "base_url": url + "/v1", "models": ["smollm2"]}
                            for i, url in enumerate(backends)],
@@ -146,6 +147,9 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=32)
     parser.add_argument("--replicas", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per replica")
+    # a 1,000-token system prompt of random words is about 6,000 characters: the default 4096 would key every
+    # conversation of a tenant by its system prompt alone, and its turns could not follow their history
+    parser.add_argument("--prefix-chars", type=int, default=65536, help="routing.prefix_chars of the gateway")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     tokenizer = load_tokenizer()
@@ -159,7 +163,7 @@ def main() -> None:
             for index, (round_, mode) in enumerate(runs):
                 single = mode == "single"
                 url, proc = start_gateway(stack, backends[:1] if single else backends,
-                                          "prefix_affinity" if single else mode, index)
+                                          "prefix_affinity" if single else mode, index, args.prefix_chars)
                 concurrency = max(TENANTS, args.concurrency // args.replicas) if single else args.concurrency
                 result = asyncio.run(drive(url, tenant_keys(url), args, tokenizer, 1000 + index, concurrency))
                 rows.append(figures(f"{mode} #{round_ + 1}", result, url) | {"mode": mode,
