@@ -17,6 +17,7 @@ import json
 import os
 import random
 import secrets
+import signal
 import subprocess
 import sys
 import tempfile
@@ -58,7 +59,10 @@ def start_backends(stack: Stack, count: int, threads: int) -> list[str]:
     for _ in range(count):
         port = free_port()
         procs.append(stack.spawn([sys.executable, "-m", "tidegate.cli", "backend", "--model", "smollm2",
-                                  "--served-model-name", "smollm2", "--port", str(port), "--threads", str(threads)]))
+                                  "--served-model-name", "smollm2", "--port", str(port), "--threads", str(threads),
+                                  # near saturation a request waits long for its turn: a 503 would be retried
+                                  # elsewhere and measure the retry, not the routing
+                                  "--queue-timeout", "600"]))
         urls.append(f"http://127.0.0.1:{port}")
     for url, proc in zip(urls, procs, strict=True):
         wait_for_health(url + "/health", 600, proc)
@@ -152,6 +156,7 @@ def main() -> None:
     parser.add_argument("--prefix-chars", type=int, default=65536, help="routing.prefix_chars of the gateway")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stops the replicas and gateways on the way out
     tokenizer = load_tokenizer()
     rows = []
     with tempfile.TemporaryDirectory(prefix="tidegate-affinity-") as tmp:
@@ -159,7 +164,9 @@ def main() -> None:
         os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
         try:
             backends = start_backends(stack, args.replicas, args.threads)
-            runs = [(r, mode) for r in range(args.rounds) for mode in MODES] + [(args.rounds, "single")]
+            # the reference after the first pair, so that a run cut short by time still has one of each
+            runs = [(r, mode) for r in range(args.rounds) for mode in MODES]
+            runs.insert(len(MODES), (0, "single"))
             for index, (round_, mode) in enumerate(runs):
                 single = mode == "single"
                 url, proc = start_gateway(stack, backends[:1] if single else backends,
@@ -169,10 +176,10 @@ def main() -> None:
                 rows.append(figures(f"{mode} #{round_ + 1}", result, url) | {"mode": mode,
                                                                               "concurrency": concurrency})
                 stack.stop(proc)
+                if args.json:  # after every run, so that a run cut short keeps what it measured
+                    args.json.write_text(json.dumps(rows, indent=2))
         finally:
             stack.close()
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":
