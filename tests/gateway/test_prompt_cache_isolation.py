@@ -44,6 +44,6 @@ async def test_an_account_with_cache_scope_key_shares_no_cache_between_its_own_k
     refused = await gateway.admin.patch(f"/admin/accounts/{account}", json={"cache_scope": "everyone"})
     assert refused.status_code == 400 and "cache_scope" in refused.json()["error"]["message"]
     metrics = (await gateway.admin.get("/metrics")).text  # the hits above, counted for the channel
-    hits = next(line for line in metrics.splitlines()
-                if line.startswith('tidegate_channel_prompt_tokens_total{channel="backend",cache="hit"}'))
+    hits = next(line for line in metrics.splitlines() if line.startswith("tidegate_channel_prompt_tokens_total{")
+                and 'channel="backend"' in line and 'cache="hit"' in line)
     assert float(hits.rsplit(" ", 1)[1]) >= 32
