@@ -50,7 +50,8 @@ class Target:
         """The JSON body for `spec`, after the earlier turns of its conversation."""
         body: dict[str, Any] = {"model": self.model, "stream": True, "stream_options": {"include_usage": True},
                                 "temperature": 0.0}
-        messages = list(history) + (
+        system = [{"role": "system", "content": spec.system}] if spec.system else []
+        messages = system + list(history) + (
             [{"role": "user", "content": spec.prompt}] if isinstance(spec.prompt, str) else spec.prompt)
         if self.chat:
             body["messages"] = messages
@@ -166,4 +167,6 @@ def _handle_event(event: str, record: MeasuredRequest, now: float) -> bool:
         record.usage_reported = True
         record.output_tokens = int(usage.get("completion_tokens") or 0)
         record.input_tokens = int(usage.get("prompt_tokens") or record.input_tokens)
+        details = usage.get("prompt_tokens_details")
+        record.cached_tokens = int((details.get("cached_tokens") if isinstance(details, dict) else 0) or 0)
     return False

@@ -92,6 +92,7 @@ def summarize(records: Sequence[MeasuredRequest], duration: float, slo: Slo | No
     failed = [r for r in records if not r.ok]
     total_in = sum(r.input_tokens for r in done)
     total_out = sum(r.output_tokens for r in done)
+    total_cached = sum(r.cached_tokens for r in done)
     per = max(duration, 1e-9)
     out: dict[str, Any] = {
         "duration": duration,
@@ -100,6 +101,8 @@ def summarize(records: Sequence[MeasuredRequest], duration: float, slo: Slo | No
         "errors": dict(sorted(Counter(r.error or "no_tokens" for r in failed).items())),
         "total_input_tokens": total_in,
         "total_output_tokens": total_out,
+        "total_cached_tokens": total_cached,
+        "cached_prompt_share": total_cached / total_in if total_in else 0.0,  # from the servers' usage
         "request_throughput": len(done) / per,
         "output_throughput": total_out / per,
         "total_token_throughput": (total_in + total_out) / per,

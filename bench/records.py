@@ -26,6 +26,7 @@ class MeasuredRequest:
     end: float | None = None
     output_tokens: int = 0  # the server's usage.completion_tokens, else the number of text chunks
     usage_reported: bool = False
+    cached_tokens: int = 0  # the server's usage.prompt_tokens_details.cached_tokens: prompt served from its cache
     status: int | None = None  # HTTP status, None when no response arrived
     error: str | None = None  # "500", "429", "timeout", "connect_error", "stream_error", "truncated", ...
     error_detail: str = ""

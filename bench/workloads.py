@@ -30,6 +30,7 @@ class RequestSpec:
     prompt: str | list[Message]
     input_tokens: int  # locally counted; 0 when unknown
     output_len: int | None  # None leaves max_tokens to the server
+    system: str | None = None  # a system prompt sent ahead of every turn of the conversation
 
 
 Conversation = list[RequestSpec]
@@ -46,6 +47,7 @@ class WorkloadSpec:
     num_prefixes: int = 1
     turns: int = 1
     dataset: Path | None = None
+    system_prompt_len: int = 0  # tokens of a system prompt (one of num_prefixes) at the head of each conversation
 
     def __post_init__(self) -> None:
         if self.input_len < 1 or self.output_len < 1:
@@ -56,6 +58,8 @@ class WorkloadSpec:
             raise WorkloadError("--shared-prefix-len must be >= 0 and --num-prefixes >= 1")
         if self.shared_prefix_len and self.shared_prefix_len >= self.input_len * (1 - self.range_ratio):
             raise WorkloadError("--shared-prefix-len must be shorter than the shortest --input-len")
+        if self.system_prompt_len < 0:
+            raise WorkloadError("--system-prompt-len must be >= 0")
         if self.turns < 1:
             raise WorkloadError("--multi-turn must be at least 1")
 
@@ -72,6 +76,8 @@ class Workload:
         self._dataset = read_dataset(spec.dataset, spec.output_len) if spec.dataset else None
         self._prefixes = [self._text(spec.shared_prefix_len) for _ in range(spec.num_prefixes)] \
             if spec.shared_prefix_len else []
+        self._systems = [self._text(spec.system_prompt_len) for _ in range(spec.num_prefixes)] \
+            if spec.system_prompt_len else []
 
     def _text(self, n: int) -> str:
         assert self.tokenizer is not None
@@ -98,7 +104,13 @@ class Workload:
                 for spec in self._dataset:
                     yield [self._counted(spec)]
         while True:
-            yield [self._synthetic() for _ in range(self.spec.turns)]
+            turns = [self._synthetic() for _ in range(self.spec.turns)]
+            if self._systems:
+                system = self.rng.choice(self._systems)
+                for turn in turns:
+                    turn.system = system
+                    turn.input_tokens += self.spec.system_prompt_len
+            yield turns
 
     def _counted(self, spec: RequestSpec) -> RequestSpec:
         if spec.input_tokens or self.tokenizer is None:

@@ -17,7 +17,7 @@ from config.gateway import (
     TokenBucket,
     Tracing,
 )
-from config.model_groups import ModelGroup, Target
+from config.model_groups import ModelGroup, Routing, Target
 from config.settings import Settings, SettingsError, load_settings
 from config.stores import OnRedisDown, RedisDownPolicy, StoreSettings
 
@@ -37,6 +37,7 @@ __all__ = [
     "RedisDownPolicy",
     "RequestExtra",
     "Retries",
+    "Routing",
     "ServerLimits",
     "Settings",
     "SettingsError",

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, IPvAnyNetwork, field_validator, model_validator
 
-from config.model_groups import ModelGroup, group_problem
+from config.model_groups import ModelGroup, Routing, group_problem
 from config.stores import StoreSettings
 
 
@@ -236,6 +236,7 @@ class GatewaySettings(StoreSettings):
     ip_rate_limit: IpRateLimit | None = None
     # public model name -> its targets and fallbacks; a channel's `models` map is the group of names not listed here
     model_groups: dict[str, ModelGroup] = Field(default_factory=dict)
+    routing: Routing = Field(default_factory=Routing)  # a model group's own `routing` overrides it
 
     @model_validator(mode="after")
     def _consistent(self) -> GatewaySettings:

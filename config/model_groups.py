@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 # a request tries its own model and at most this many fallbacks, however long the chain in the store
 MAX_FALLBACKS = 4
+
+
+class Routing(BaseModel):
+    """How a tier's channels are chosen: by load alone, or by the request's prompt prefix within a load bound."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["least_loaded", "prefix_affinity"] = "least_loaded"
+    # prefix_affinity: the preferred channel is passed over once its in-flight count would exceed
+    # (1 + load_epsilon) x the tier's mean
+    load_epsilon: float = Field(default=0.25, ge=0, le=10)
+    prefix_chars: int = Field(default=4096, ge=64, le=1_000_000)  # of the rendered prompt, hashed in chunks
 
 
 class Target(BaseModel):
@@ -20,13 +33,14 @@ class Target(BaseModel):
 
 
 class ModelGroup(BaseModel):
-    """A public model name's targets, routed like channels (tier, then weight and load), and its fallbacks in
-    order, tried when no target can take a request."""
+    """A public model name's targets, routed like channels (tier, then weight and load, or prefix affinity), and
+    its fallbacks in order, tried when no target can take a request."""
 
     model_config = ConfigDict(extra="forbid")
 
     targets: list[Target] = Field(min_length=1)
     fallbacks: list[str] = Field(default_factory=list, max_length=MAX_FALLBACKS)
+    routing: Routing | None = None  # None: the gateway's top-level `routing`
 
 
 def group_problem(name: str, group: ModelGroup, groups: Mapping[str, ModelGroup], channels: Iterable[str],

@@ -27,7 +27,7 @@ from tidegate.request_id import request_id as request_id_of
 
 Handler = Callable[[Request], Awaitable[Any]]
 UPDATABLE = {
-    "accounts": ("name", "quota", "timezone", "price_multiplier"),
+    "accounts": ("name", "quota", "timezone", "price_multiplier", "cache_scope"),
     "sub-accounts": ("name", "quota"),
     "keys": ("name", "models", "quota", "priority_class", "expires_at", "allowed_ips"),
 }
@@ -122,9 +122,10 @@ class AdminApi:
 
     async def create_account(self, request: Request) -> Any:
         body = await json_body(request)
-        reject_unknown(body, {"name", "quota", "timezone", "price_multiplier"})
+        reject_unknown(body, set(UPDATABLE["accounts"]))
         return 201, await self._admin.create_account(body.get("name", ""), body.get("quota"),
-                                                     body.get("timezone", "UTC"), body.get("price_multiplier", 1.0))
+                                                     body.get("timezone", "UTC"), body.get("price_multiplier", 1.0),
+                                                     body.get("cache_scope", "account"))
 
     async def list_accounts(self, request: Request) -> Any:
         tenant = caller_of(request).tenant

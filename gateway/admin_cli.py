@@ -95,6 +95,9 @@ def _quota_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def _account_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--timezone", help="IANA name; where the account's budget days, weeks and months begin")
     parser.add_argument("--price-multiplier", type=float, help="factor on every price (0.8: a 20%% discount)")
+    parser.add_argument("--cache-scope", choices=["account", "key", "shared"],
+                        help="who may share the upstream prefix cache: the account's keys (default), each key "
+                             "alone, or every shared account")
     return parser
 
 
@@ -124,7 +127,7 @@ def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | No
     if getattr(args, "budget_amount", None) is not None:
         quota["budget"] = {"amount": args.budget_amount, "window": args.budget_window}
     fields = {name: getattr(args, name) for name in ("name", "priority_class", "expires_at", "timezone",
-                                                     "price_multiplier") if getattr(args, name, None) is not None}
+                                                     "price_multiplier", "cache_scope") if getattr(args, name, None) is not None}
     for name in ("models", "allowed_ips"):
         if getattr(args, name, None) is not None:
             fields[name] = [item.strip() for item in getattr(args, name).split(",") if item.strip()]

@@ -54,7 +54,7 @@ class Gateway:
         # answers are decompressed if an upstream compresses although asked for identity (see upstream.py)
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30))
         channels = [ChannelState(c, settings.channel_timeouts(c), settings.breaker) for c in settings.channels]
-        self.router = Router(channels, groups=settings.model_groups)
+        self.router = Router(channels, groups=settings.model_groups, routing=settings.routing)
         # the store's channels and groups replace the config file's once read (see channel_registry.py)
         self.registry = ChannelRegistry(open_routing_store(settings), settings, self.router)
         self.pools = PriorityPools(settings.priority_classes, settings.default_priority_class)

@@ -18,6 +18,7 @@ from config import GatewaySettings, ModelLimits, TokenBucket
 from gateway.channel_throughput import ThroughputWatch
 from gateway.channels import ChannelState
 from gateway.errors import ApiError, unavailable
+from gateway.prefix_affinity import RoutedPrefix
 from gateway.router import Pick, Router, any_model
 from limiter import CapacityLimit, SharedCapacity
 
@@ -66,14 +67,15 @@ class ChannelLimits:
                 *_limit(f"model:{model}", per_model.token_bucket, per_model.global_max_concurrency))
 
     async def pick(self, router: Router, ask: CapacityAsk, tried: set[str], barred: set[str],
-                   allowed: Callable[[str], bool] = any_model) -> tuple[Pick | None, CapacityHold | None]:
+                   allowed: Callable[[str], bool] = any_model,
+                   prefix: RoutedPrefix | None = None) -> tuple[Pick | None, CapacityHold | None]:
         """A target with room for the request (of its model or an allowed fallback), and what was taken there;
         (None, None) when no target is usable."""
         give_up = time.monotonic() + ask.wait
         while True:
             full: set[str] = set()
             soonest: float | None = None
-            while (found := router.route(ask.model, tried, barred | full, allowed)) is not None:
+            while (found := router.route(ask.model, tried, barred | full, allowed, prefix)) is not None:
                 limits = self.limits(found.channel, found.model)
                 if not limits:
                     return found, None

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 
 from gateway.channel_limits import CapacityHold
 from gateway.metrics import GatewayMetrics
+from gateway.prefix_affinity import RoutedPrefix
 from gateway.priority import PriorityPool
 from gateway.relay import Usage
 from gateway.tracing import NOOP_REQUEST, RequestTrace
@@ -65,6 +66,7 @@ class Exchange:
         self.upstream_started: float | None = None  # when the first upstream attempt began
         self.estimated_tokens = 0  # the admission's reservation
         self._capacity: tuple[CapacityHold, Callable[[CapacityHold, int], Awaitable[None]]] | None = None
+        self.prefix: RoutedPrefix | None = None  # where its model routes by prefix: learned once served
         self._ended = False
 
     def identify(self, key: KeyInfo) -> None:
@@ -124,7 +126,10 @@ class Exchange:
             else:
                 self._metrics.settled(self._reservation.account_id, self._sub_account_id, used.prompt_tokens,
                                       used.completion_tokens)
+                self._metrics.prompt_cache(self.record.channel, used.prompt_tokens, used.cached_tokens)
                 self._metrics.spend.settled(self._reservation, used, self.record.channel)
+        if self.prefix is not None and self.record.channel and 200 <= status < 300:
+            self.prefix.served(self.record.channel)  # that replica now holds the prompt's KV
         if self._capacity is not None:
             hold, release = self._capacity
             try:

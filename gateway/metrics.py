@@ -46,7 +46,12 @@ class _LiveState(Collector):
                                      "before a request reached the app, by reason", labels=["reason"])
         for reason, count in sorted(self._connections.closed.items()):
             closed.add_metric([reason], count)
-        yield from (in_flight, healthy, breaker, active, queued, degraded, open_connections, closed)
+        overrides = CounterMetricFamily("tidegate_affinity_overrides", "prefix_affinity requests sent elsewhere "
+                                        "because the preferred channel was above the load bound, by that channel",
+                                        labels=["channel", "reason"])
+        for name, count in sorted(self._router.affinity.overrides.items()):
+            overrides.add_metric([name, "load"], count)
+        yield from (in_flight, healthy, breaker, active, queued, degraded, open_connections, closed, overrides)
 
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
@@ -78,6 +83,9 @@ class GatewayMetrics:
                                           registry=reg)
         self.tokens = Counter("tidegate_tokens", "Tokens settled, by account, sub-account and kind",
                               ["account", "sub_account", "kind"], registry=reg)
+        self.prompt_tokens = Counter("tidegate_channel_prompt_tokens", "Prompt tokens settled, by channel and "
+                                     "whether the channel served them from its prefix cache",
+                                     ["channel", "cache"], registry=reg)
         self.spend = SpendMetrics(reg, self.model_label, per_account)
         self.registry.register(_LiveState(router, pools, quota, connections))
 
@@ -102,6 +110,12 @@ class GatewayMetrics:
             self.tokens.labels(account, sub_account or "", "prompt").inc(prompt_tokens)
         if completion_tokens:
             self.tokens.labels(account, sub_account or "", "completion").inc(completion_tokens)
+
+    def prompt_cache(self, channel: str | None, prompt_tokens: int, cached_tokens: int) -> None:
+        if channel and prompt_tokens:
+            cached = min(cached_tokens, prompt_tokens)
+            self.prompt_tokens.labels(channel, "hit").inc(cached)
+            self.prompt_tokens.labels(channel, "miss").inc(prompt_tokens - cached)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

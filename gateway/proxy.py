@@ -24,7 +24,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.openai_request import OpenAIRequest
 from gateway.priority import PriorityPools
 from gateway.relay import Outcome, StreamRelay, Usage, outcome_error
-from gateway.request_extras import request_extras
+from gateway.request_extras import cache_scope_salt, request_extras
 from gateway.router import Router
 from gateway.tracing import Tracing
 from gateway.upstream import Answer, UpstreamClient, UpstreamRequest
@@ -78,11 +78,12 @@ class Proxy:
             deadline = exchange.started + self.settings.timeouts.total
             exchange.upstream_started = time.monotonic()
             path = "/chat/completions" if wire.chat else "/completions"
+            exchange.prefix = self.router.prefix(call.model, call.body, cache_scope_salt(key) or "")
             answer = await self.upstream.call(UpstreamRequest(call.model, path, call.body, call.stream, deadline,
                                                               request_id, trace, request_extras(key, pool),
                                                               CapacityAsk(call.model, exchange.estimated_tokens,
                                                                           request_id, pool.settings.queue_timeout),
-                                                              allowed=key.allows))
+                                                              allowed=key.allows, prefix=exchange.prefix))
             exchange.hold_capacity(answer.capacity, self.upstream.release_capacity)
         except ApiError as error:
             await exchange.end(error.status, "refused" if error.status < 500 else "failed")

@@ -1,15 +1,18 @@
 """Picks a channel for a model: its group's targets (or the channels listing it), falling back to other models
-when none can take the request; within a group the best tier, then weighted least-in-flight."""
+when none can take the request; within a group the best tier, then weighted least-in-flight or, in
+`prefix_affinity` mode, the channel that holds the request's prompt prefix within a load bound."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from config import ModelGroup
+from config import ModelGroup, Routing
 from config.model_groups import fallback_chain
 from gateway.channels import ChannelState
+from gateway.prefix_affinity import PrefixAffinity, RoutedPrefix, prefix_chain
 
 Names = frozenset[str] | set[str]
 
@@ -33,14 +36,19 @@ class Router:
 
     A model's targets are its group's (`model_groups`), else every channel whose `models` map lists it. Within a
     tier, two targets are drawn by weight and the one with fewer requests in flight per unit of weight wins ("power
-    of two choices"): weights hold at low load, the least-loaded wins under load. The channel list and the groups
-    are swapped whole at run time (`update`), so a pick never sees half a change.
+    of two choices"): weights hold at low load, the least-loaded wins under load. In `prefix_affinity` mode (the
+    top-level `routing`, or a group's own) a request with a prompt prefix goes where that prefix is cached instead,
+    while the load bound allows (prefix_affinity.py). The channel list and the groups are swapped whole at run time
+    (`update`), so a pick never sees half a change.
     """
 
     def __init__(self, channels: Iterable[ChannelState], rng: random.Random | None = None,
-                 groups: Mapping[str, ModelGroup] | None = None):
+                 groups: Mapping[str, ModelGroup] | None = None, routing: Routing | None = None,
+                 affinity: PrefixAffinity | None = None):
         self.channels = list(channels)
         self.groups = dict(groups or {})
+        self.routing = routing or Routing()
+        self.affinity = affinity or PrefixAffinity()
         self._rng = rng or random.Random()
 
     def update(self, channels: Iterable[ChannelState], groups: Mapping[str, ModelGroup]) -> None:
@@ -53,6 +61,20 @@ class Router:
 
     def serves(self, model: str) -> bool:
         return model in self.groups or any(model in c.config.models for c in self.channels)
+
+    def routing_of(self, model: str) -> Routing:
+        group = self.groups.get(model)
+        return group.routing if group is not None and group.routing is not None else self.routing
+
+    def prefix(self, model: str, body: dict[str, Any], scope: str) -> RoutedPrefix | None:
+        """The chain to route `body` by, when `model` or one of its fallbacks routes by prefix; None otherwise.
+        `scope` separates tenants whose prompts may not share a cache."""
+        chars = [r.prefix_chars for r in map(self.routing_of, fallback_chain(model, self.groups))
+                 if r.mode == "prefix_affinity"]
+        if not chars:
+            return None
+        chain = prefix_chain(body, scope, max(chars))
+        return RoutedPrefix(self.affinity, chain) if chain.links else None
 
     def targets(self, model: str) -> list[tuple[ChannelState, str]]:
         """(channel, upstream model) pairs that serve `model`, draining or not."""
@@ -68,7 +90,7 @@ class Router:
         return None if found is None else found.channel
 
     def route(self, model: str, exclude: Names = frozenset(), barred: Names = frozenset(),
-              allowed: Callable[[str], bool] = any_model) -> Pick | None:
+              allowed: Callable[[str], bool] = any_model, prefix: RoutedPrefix | None = None) -> Pick | None:
         """A target for `model` or, when none of its targets can take it, for its first fallback that can.
 
         A channel not yet tried (`exclude`) anywhere in the chain comes before a retry of a tried one; `barred`
@@ -78,7 +100,7 @@ class Router:
         chain = [m for m in fallback_chain(model, self.groups) if m == model or allowed(m)]
         for fresh_only in (True, False):
             for served in chain:
-                found = self._pick_in(served, exclude, barred, fresh_only)
+                found = self._pick_in(served, exclude, barred, fresh_only, prefix)
                 if found is not None:
                     return found
         return None
@@ -89,14 +111,15 @@ class Router:
                    for m in fallback_chain(model, self.groups) if m == model or allowed(m)
                    for c, _ in self.targets(m))
 
-    def _pick_in(self, model: str, exclude: Names, barred: Names, fresh_only: bool) -> Pick | None:
+    def _pick_in(self, model: str, exclude: Names, barred: Names, fresh_only: bool,
+                 prefix: RoutedPrefix | None = None) -> Pick | None:
         usable = [(c, up) for c, up in self.targets(model) if c.name not in barred and self._usable(c, model)]
         fresh = [t for t in usable if t[0].name not in exclude]
         pool = fresh if fresh_only else fresh or usable
         if not pool:
             return None
         tier = min(c.config.priority for c, _ in pool)
-        channel, upstream_model = self._choose([t for t in pool if t[0].config.priority == tier])
+        channel, upstream_model = self._choose([t for t in pool if t[0].config.priority == tier], model, prefix)
         if not channel.breaker(model).acquire():
             return None
         return Pick(channel, model, upstream_model)
@@ -110,9 +133,15 @@ class Router:
             and channel.breaker(model).available()
         )
 
-    def _choose(self, tier: list[tuple[ChannelState, str]]) -> tuple[ChannelState, str]:
+    def _choose(self, tier: list[tuple[ChannelState, str]], model: str,
+                prefix: RoutedPrefix | None) -> tuple[ChannelState, str]:
         if len(tier) == 1:
             return tier[0]
+        routing = self.routing_of(model)
+        if prefix is not None and routing.mode == "prefix_affinity":
+            chain = prefix.chain.upto(routing.prefix_chars)
+            if chain.links:
+                return self.affinity.choose(tier, chain, routing.load_epsilon)
         weights = [c.config.weight for c, _ in tier]
         first, second = self._rng.choices(tier, weights=weights, k=2)
         if first is second:

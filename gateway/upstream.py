@@ -27,6 +27,7 @@ from gateway.channel_kinds import kind_of
 from gateway.channel_limits import CapacityAsk, CapacityHold, ChannelLimits
 from gateway.channels import ChannelState
 from gateway.errors import ApiError, gateway_timeout, retry_after_headers, unavailable
+from gateway.prefix_affinity import RoutedPrefix
 from gateway.router import Pick, Router, any_model
 from gateway.sse import DONE, has_content, split_events
 from gateway.tracing import NOOP_REQUEST, RequestTrace
@@ -64,6 +65,7 @@ class UpstreamRequest:
     extras: dict[str, Any] = field(default_factory=dict)  # set by the gateway; sent where a channel accepts them
     capacity: CapacityAsk | None = None  # what to take from the channel's and model's shared limits
     allowed: Callable[[str], bool] = any_model  # which fallback models the key may be served
+    prefix: RoutedPrefix | None = None  # the prompt's prefix chain, where the model routes by prefix affinity
 
 
 @dataclass(slots=True)
@@ -152,8 +154,9 @@ class UpstreamClient:
     async def _pick(self, request: UpstreamRequest, tried: set[str],
                     barred: set[str]) -> tuple[Pick | None, CapacityHold | None]:
         if self._limits is None or request.capacity is None:
-            return self._router.route(request.model, tried, barred, request.allowed), None
-        return await self._limits.pick(self._router, request.capacity, tried, barred, request.allowed)
+            return self._router.route(request.model, tried, barred, request.allowed, request.prefix), None
+        return await self._limits.pick(self._router, request.capacity, tried, barred, request.allowed,
+                                       request.prefix)
 
     async def release_capacity(self, hold: CapacityHold, used_tokens: int) -> None:
         if self._limits is not None:

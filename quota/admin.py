@@ -15,6 +15,7 @@ from quota.catalog import Catalog, UsageQuery
 from quota.ip_allowlist import parse_allowlist
 from quota.money import to_micro
 from quota.records import (
+    CACHE_SCOPES,
     Account,
     ApiKey,
     CreatedKey,
@@ -112,6 +113,14 @@ def _renamed(record: Owner, name: str | _Unset, quota: Quota | dict[str, Any] | 
     return record
 
 
+def _cache_scope(account: Account, scope: str | _Unset) -> None:
+    if scope is UNSET:
+        return
+    if scope not in CACHE_SCOPES:
+        raise InvalidRequest(f"cache_scope must be one of {', '.join(CACHE_SCOPES)}")
+    account.cache_scope = scope
+
+
 def _money_terms(account: Account, timezone: str | _Unset, multiplier: float | _Unset) -> None:
     """The account's calendar for budgets, and the factor on every price it pays (> 0)."""
     if timezone is not UNSET:
@@ -135,9 +144,11 @@ class QuotaAdmin:
         self._on_change = on_change
 
     async def create_account(self, name: str, quota: Quota | dict[str, Any] | None = None,
-                             timezone: str = "UTC", price_multiplier: float = 1.0) -> Account:
+                             timezone: str = "UTC", price_multiplier: float = 1.0,
+                             cache_scope: str = "account") -> Account:
         account = Account(new_id("acct"), _name(name), _quota(quota))
         _money_terms(account, timezone, price_multiplier)
+        _cache_scope(account, cache_scope)
         await self._catalog.put_account(account)
         return account
 
@@ -152,9 +163,11 @@ class QuotaAdmin:
 
     async def update_account(self, account_id: str, *, name: str | _Unset = UNSET,
                              quota: Quota | dict[str, Any] | _Unset | None = UNSET,
-                             timezone: str | _Unset = UNSET, price_multiplier: float | _Unset = UNSET) -> Account:
+                             timezone: str | _Unset = UNSET, price_multiplier: float | _Unset = UNSET,
+                             cache_scope: str | _Unset = UNSET) -> Account:
         account = _renamed(await self.get_account(account_id), name, quota)
         _money_terms(account, timezone, price_multiplier)
+        _cache_scope(account, cache_scope)
         await self._catalog.put_account(account)
         self._on_change()
         return account

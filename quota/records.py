@@ -110,6 +110,10 @@ class Quota:
         return [getattr(self, name) for name in QUOTA_FIELDS]
 
 
+# account: its keys share one prefix cache; key: each key its own; shared: with every other `shared` account
+CACHE_SCOPES = ("account", "key", "shared")
+
+
 @dataclass(slots=True)
 class Account:
     id: str
@@ -118,6 +122,7 @@ class Account:
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     timezone: str = "UTC"  # where its budgets' days, weeks and months begin
     price_multiplier: float = 1.0  # applied to every price it pays (a discount below 1, a markup above)
+    cache_scope: str = "account"  # whose requests may share an upstream prefix cache: CACHE_SCOPES
 
 
 @dataclass(slots=True)
@@ -168,6 +173,7 @@ class KeyInfo:
     priority_class: str | None
     expires_at: datetime | None
     allowed_ips: tuple[str, ...] | None = None
+    cache_scope: str = "account"  # its account's
 
     def allows(self, model: str) -> bool:
         return self.models is None or model in self.models
@@ -177,9 +183,9 @@ class KeyInfo:
         return _levels(self.id, self.sub_account_id, self.account_id)
 
     @classmethod
-    def of(cls, key: ApiKey) -> KeyInfo:
+    def of(cls, key: ApiKey, cache_scope: str = "account") -> KeyInfo:
         return cls(key.id, key.name, key.account_id, key.sub_account_id, key.models, key.priority_class,
-                   key.expires_at, None if key.allowed_ips is None else tuple(key.allowed_ips))
+                   key.expires_at, None if key.allowed_ips is None else tuple(key.allowed_ips), cache_scope)
 
 
 @dataclass(slots=True, frozen=True)

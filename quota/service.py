@@ -13,7 +13,7 @@ from quota.admin import QuotaAdmin, hash_secret
 from quota.admin_keys import AdminKeys
 from quota.audit import AuditLog
 from quota.money_admin import MoneyAdmin
-from quota.records import Admission, ApiKey, AuthResult, KeyInfo, Reservation
+from quota.records import Admission, ApiKey, AuthResult, KeyInfo, NotFound, Reservation
 
 LAST_USED_INTERVAL = 60.0  # seconds between two last_used_at writes for one key, per process
 
@@ -38,8 +38,10 @@ class QuotaService(ABC):
 
     def __init__(self, auth_cache_ttl: float) -> None:
         self._auth_ttl = auth_cache_ttl
-        self._auth_cache: dict[str, tuple[float, ApiKey | None]] = {}
+        # secret hash -> (when read, the key, its account's cache_scope)
+        self._auth_cache: dict[str, tuple[float, ApiKey | None, str]] = {}
         self._last_stamped: dict[str, float] = {}
+        self._cache_scopes: dict[str, str] = {}  # account id -> cache_scope last read
 
     async def authenticate(self, secret: str) -> AuthResult:
         """Looks the secret's SHA-256 up; answers are cached at most `auth_cache_ttl` (<= 1 s)."""
@@ -47,15 +49,16 @@ class QuotaService(ABC):
         now = time.monotonic()
         cached = self._auth_cache.get(digest)
         if cached is not None and now - cached[0] < self._auth_ttl:
-            key = cached[1]
+            _, key, cache_scope = cached
         else:
             try:
                 key = await self._lookup_key(digest)
+                cache_scope = "account" if key is None else await self._cache_scope(key.account_id)
             except StoreUnavailable:
                 return AuthResult(False, None, "store_unavailable")
             if len(self._auth_cache) > 100_000:
                 self._auth_cache.clear()
-            self._auth_cache[digest] = (now, key)
+            self._auth_cache[digest] = (now, key, cache_scope)
         if key is None:
             return AuthResult(False, None, "unknown")
         if key.revoked_at is not None:
@@ -63,7 +66,22 @@ class QuotaService(ABC):
         if key.expires_at is not None and key.expires_at <= datetime.now(UTC):
             return AuthResult(False, None, "expired")
         await self._stamp_use(key.id, now)
-        return AuthResult(True, KeyInfo.of(key))
+        return AuthResult(True, KeyInfo.of(key, cache_scope))
+
+    async def _cache_scope(self, account_id: str) -> str:
+        """The account's cache_scope; while the store is out of reach, the last one read (the default before)."""
+        if not self.degraded:
+            try:
+                scope = (await self.admin.get_account(account_id)).cache_scope
+            except NotFound:
+                scope = "account"
+            except Exception:  # an outage: a key the store policy lets through keeps its last known scope
+                logging.getLogger("tidegate.quota").warning("could not read the cache_scope of %s", account_id)
+            else:
+                if len(self._cache_scopes) > 100_000:
+                    self._cache_scopes.clear()
+                self._cache_scopes[account_id] = scope
+        return self._cache_scopes.get(account_id, "account")
 
     async def _stamp_use(self, key_id: str, now: float) -> None:
         """Records last_used_at at most once a minute per key, so that a busy key costs no write per request."""

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.client import Target
 from bench.tokenizer import PromptTokenizer
 from bench.workloads import Workload, WorkloadError, WorkloadSpec
 
@@ -103,3 +104,15 @@ def test_workloads_that_cannot_be_built_are_refused(kwargs: dict) -> None:
 def test_synthetic_prompts_need_a_tokenizer() -> None:
     with pytest.raises(WorkloadError):
         Workload(WorkloadSpec(), None)
+
+
+def test_a_system_prompt_heads_every_turn_of_a_conversation(tokenizer: PromptTokenizer) -> None:
+    spec = WorkloadSpec(input_len=16, output_len=4, turns=3, system_prompt_len=40, num_prefixes=2)
+    conversations = take(Workload(spec, tokenizer, seed=5), 20)
+    assert all(len({turn.system for turn in conv}) == 1 for conv in conversations)
+    assert len({conv[0].system for conv in conversations}) == 2
+    assert all(tokenizer.count(conv[0].system) == 40 and conv[0].input_tokens == 56 for conv in conversations)
+    target = Target("http://127.0.0.1:1", "m", endpoint="/v1/chat/completions")
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    roles = [m["role"] for m in target.body(conversations[0][1], history)["messages"]]
+    assert roles == ["system", "user", "assistant", "user"]

@@ -28,3 +28,22 @@ async def test_a_guessed_prompt_of_another_account_comes_back_with_no_cached_tok
     await _cached_tokens(gateway, tenant_a)  # tenant A's prompt is now in the backend's prefix cache
     assert await _cached_tokens(gateway, tenant_a_other_key) >= 32  # its own account reuses it
     assert await _cached_tokens(gateway, tenant_b) == 0  # a right guess from another account learns nothing
+
+
+async def test_an_account_with_cache_scope_key_shares_no_cache_between_its_own_keys(
+        backend_gateway: GatewayHarness) -> None:
+    gateway = backend_gateway
+    created = await gateway.admin.post("/admin/accounts", json={"name": "per-key", "cache_scope": "key"})
+    assert created.status_code == 201 and created.json()["cache_scope"] == "key"
+    account = created.json()["id"]
+    _, first = await gateway.key(account_id=account)
+    _, second = await gateway.key(account_id=account)
+    await _cached_tokens(gateway, first)
+    assert await _cached_tokens(gateway, first) >= 32  # a key reuses its own prefix
+    assert await _cached_tokens(gateway, second) == 0  # but not another key's, even of the same account
+    refused = await gateway.admin.patch(f"/admin/accounts/{account}", json={"cache_scope": "everyone"})
+    assert refused.status_code == 400 and "cache_scope" in refused.json()["error"]["message"]
+    metrics = (await gateway.admin.get("/metrics")).text  # the hits above, counted for the channel
+    hits = next(line for line in metrics.splitlines() if line.startswith("tidegate_channel_prompt_tokens_total{")
+                and 'channel="backend"' in line and 'cache="hit"' in line)
+    assert float(hits.rsplit(" ", 1)[1]) >= 32
