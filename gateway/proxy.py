@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -19,12 +20,13 @@ from gateway.channel_limits import CapacityAsk
 from gateway.errors import ApiError, forbidden, not_found
 from gateway.exchange import Exchange
 from gateway.metrics import GatewayMetrics
-from gateway.openai_request import OpenAIRequest, parse
+from gateway.openai_request import Endpoint, OpenAIRequest, parse
 from gateway.priority import PriorityPools
 from gateway.relay import Outcome, StreamRelay, Usage, outcome_error
 from gateway.request_extras import request_extras
 from gateway.router import Router
 from gateway.tracing import Tracing
+from gateway.translation import Translation
 from gateway.upstream import Answer, UpstreamClient, UpstreamRequest
 from gateway.upstream_answers import client_answer, is_reported
 from quota import KeyInfo, QuotaService
@@ -34,6 +36,8 @@ from tidegate.request_id import request_id as request_id_of
 
 # which public model answered: the one asked for, or a fallback of its group; absent when no upstream answered
 SERVED_MODEL = "x-tidegate-served-model"
+# reads one request's body into what the gateway routes and admits by, once its key is known
+CallReader = Callable[[bytes, KeyInfo], Awaitable[OpenAIRequest]]
 
 
 class Proxy:
@@ -52,6 +56,20 @@ class Proxy:
 
     async def completions(self, request: Request) -> Response:
         chat = request.url.path.endswith("/chat/completions")
+        return await self.serve(request, self.reader(Endpoint.chat if chat else Endpoint.completions))
+
+    async def embeddings(self, request: Request) -> Response:
+        return await self.serve(request, self.reader(Endpoint.embeddings))
+
+    def reader(self, endpoint: Endpoint) -> CallReader:
+        async def read(raw: bytes, key: KeyInfo) -> OpenAIRequest:
+            return parse(raw, endpoint=endpoint, classes=set(self.pools.pools),
+                         max_depth=self.settings.server.max_json_depth)
+        return read
+
+    async def serve(self, request: Request, read: CallReader, translation: Translation | None = None) -> Response:
+        """One request through auth, admission, the queue and the upstream; a `translation` turns another API's
+        request into chat completions (in `read`) and the answer back."""
         request_id = request_id_of(request.headers)
         trace = self.tracing.start_request("POST", request.url.path, request_id, request.headers)
         exchange = Exchange(self.quota, self.metrics, request_id, request.url.path, self._renew_interval, trace)
@@ -60,21 +78,21 @@ class Proxy:
             exchange.identify(key)
             limits = self.settings.server
             raw = await read_body(request, max_bytes=self.settings.max_body_bytes, timeout=limits.body_timeout)
-            call = parse(raw, chat=chat, classes=set(self.pools.pools), max_depth=limits.max_json_depth)
+            call = await read(raw, key)
             exchange.record.model, exchange.record.stream = call.model, call.stream
             trace.set_model(call.model)
-            self._check_model(key, call.model)
+            self._check_model(key, call)
             headers = await self._admit(exchange, key, call, request_id)
             pool = self.pools.choose(key.priority_class, call.priority_class)
             await exchange.take_slot(pool)
             deadline = exchange.started + self.settings.timeouts.total
             exchange.upstream_started = time.monotonic()
-            path = "/chat/completions" if chat else "/completions"
-            answer = await self.upstream.call(UpstreamRequest(call.model, path, call.body, call.stream, deadline,
-                                                              request_id, trace, request_extras(key, pool),
+            answer = await self.upstream.call(UpstreamRequest(call.model, call.endpoint.value, call.body, call.stream,
+                                                              deadline, request_id, trace, request_extras(key, pool),
                                                               CapacityAsk(call.model, exchange.estimated_tokens,
                                                                           request_id, pool.settings.queue_timeout),
-                                                              allowed=key.allows))
+                                                              allowed=key.allows, barred=self._barred(call),
+                                                              streamable=call.endpoint.generates))
             exchange.hold_capacity(answer.capacity, self.upstream.release_capacity)
         except ApiError as error:
             await exchange.end(error.status, "refused" if error.status < 500 else "failed")
@@ -88,22 +106,34 @@ class Proxy:
         exchange.record.channel, exchange.record.attempts = answer.channel.name, answer.attempts
         headers[SERVED_MODEL] = exchange.record.served_model = answer.model
         exchange.first_token()
+        if answer.events is not None and call.stream and translation is not None:
+            return self._translated_stream(exchange, answer, translation, headers, deadline)
         if answer.events is not None and call.stream:
             return self._stream(exchange, answer, call, headers, deadline)
         if answer.events is not None:
-            return await self._assembled(request, exchange, answer, chat, headers, deadline)
-        return await self._whole(exchange, answer, headers)
+            return await self._assembled(request, exchange, answer, call.endpoint is Endpoint.chat, headers,
+                                         deadline, translation)
+        return await self._whole(exchange, answer, call, headers, translation)
 
-    def _check_model(self, key: KeyInfo, model: str) -> None:
+    def _check_model(self, key: KeyInfo, call: OpenAIRequest) -> None:
+        model = call.model
         if not key.allows(model):
             raise forbidden(f"this key may not use model {model!r}", "model_not_allowed")
         if not self.router.serves(model):
             raise not_found(f"the model {model!r} does not exist", "model_not_found")
+        if call.endpoint is Endpoint.embeddings and not any(c.config.embeddings for c, _ in self.router.targets(model)):
+            raise not_found(f"no channel serves embeddings for the model {model!r}", "model_not_found")
+
+    def _barred(self, call: OpenAIRequest) -> frozenset[str]:
+        """Channels that never get this request: for embeddings, those that do not declare them."""
+        if call.endpoint is not Endpoint.embeddings:
+            return frozenset()
+        return frozenset(c.name for c in self.router.channels if not c.config.embeddings)
 
     async def _admit(self, exchange: Exchange, key: KeyInfo, call: OpenAIRequest,
                      request_id: str) -> dict[str, str]:
         prompt = estimate_prompt_tokens(call.body, image_tokens=self.settings.image_prompt_tokens)
-        max_output = max_output_tokens(call.body, self.settings.default_max_tokens)
+        max_output = max_output_tokens(call.body, self.settings.default_max_tokens) if call.endpoint.generates else 0
         with exchange.trace.admission() as span:
             admission = await self.quota.admit(key, model=call.model, estimated_tokens=prompt + max_output,
                                                request_id=request_id, max_output_tokens=max_output)
@@ -121,19 +151,23 @@ class Proxy:
             headers["x-tidegate-degraded"] = "1"
         return headers
 
-    async def _whole(self, exchange: Exchange, answer: Answer, headers: dict[str, str]) -> Response:
+    async def _whole(self, exchange: Exchange, answer: Answer, call: OpenAIRequest, headers: dict[str, str],
+                     translation: Translation | None) -> Response:
         # a 4xx from the upstream is the request's fault, not the channel's; a broken answer (5xx for the client) is
         verdict = answer.status < 500
         try:
-            reply = client_answer(answer, exchange.record.prompt_tokens)
+            reply = client_answer(answer, exchange.record.prompt_tokens, call.endpoint.generates)
             verdict = reply.status < 500
         finally:
             await answer.finish(verdict)
         await exchange.end(reply.status, "ok" if reply.status < 300 else "upstream_error", reply.usage)
-        return Response(reply.body, reply.status, headers, media_type="application/json")
+        body = reply.body
+        if translation is not None and reply.status < 300:  # client_answer has checked it is a JSON object
+            body = json.dumps(await translation.answer(json.loads(body)), separators=(",", ":")).encode()
+        return Response(body, reply.status, headers, media_type="application/json")
 
     async def _assembled(self, request: Request, exchange: Exchange, answer: Answer, chat: bool,
-                         headers: dict[str, str], deadline: float) -> Response:
+                         headers: dict[str, str], deadline: float, translation: Translation | None) -> Response:
         """A non-streamed request answered from an upstream stream: one JSON body once the stream is done."""
         relay = StreamRelay(answer, wants_usage=True, deadline=deadline, idle=answer.channel.timeouts.idle)
         assembly = Assembly(chat, answer.model)
@@ -150,7 +184,8 @@ class Proxy:
         await relay.close(StreamEnd.finished)
         if relay.outcome is Outcome.ok:
             await exchange.end(200, relay.outcome.value, self._charged(exchange, relay))
-            return JSONResponse(assembly.answer(), headers=headers)
+            whole = assembly.answer()
+            return JSONResponse(whole if translation is None else await translation.answer(whole), headers=headers)
         # a cut answer is never passed on truncated: the client gets an error, and is charged what was generated
         error = outcome_error(relay.outcome)
         await exchange.end(error.status, relay.outcome.value, self._charged(exchange, relay))
@@ -180,6 +215,23 @@ class Proxy:
 
         # the total deadline covers writing to the client too: one that stops reading is cut there
         return EventStreamResponse(relay.stream(end), headers, deadline=deadline, on_close=end)
+
+    def _translated_stream(self, exchange: Exchange, answer: Answer, translation: Translation,
+                           headers: dict[str, str], deadline: float) -> Response:
+        relay = StreamRelay(answer, wants_usage=True, deadline=deadline, idle=answer.channel.timeouts.idle)
+
+        async def end(how: StreamEnd = StreamEnd.finished) -> None:
+            await relay.close(how)
+            await exchange.end(200, relay.outcome.value, self._charged(exchange, relay))
+
+        async def ended() -> ApiError | None:
+            """Settles before the translation sends its last event; says how the upstream's stream ended."""
+            failed = relay.outcome is not Outcome.ok
+            await end()
+            return outcome_error(relay.outcome) if failed else None
+
+        return EventStreamResponse(translation.events(relay.json_chunks(), ended), headers, deadline=deadline,
+                                   on_close=end)
 
     async def models(self, request: Request) -> Response:
         request_id = request_id_of(request.headers)

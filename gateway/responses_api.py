@@ -1,0 +1,133 @@
+"""The Responses API: `POST /v1/responses` served as a chat completion through the proxy's one request path, and
+`GET /v1/responses/{id}` reading a stored response back to keys of its account."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gateway.auth import authenticate
+from gateway.errors import ApiError, invalid_request
+from gateway.openai_request import Endpoint, OpenAIRequest, parse_body, request_model
+from gateway.proxy import Proxy
+from gateway.response_store import ResponseStore, StoredResponse
+from gateway.responses_answer import ResponseFrame, answer_response
+from gateway.responses_events import Event, ResponseEvents
+from gateway.responses_request import chat_body
+from quota import KeyInfo, QuotaService
+from tidegate.event_stream import json_event
+from tidegate.request_body import decode_json
+from tidegate.request_id import request_id as request_id_of
+
+log = logging.getLogger("tidegate.gateway")
+KEPT = ("completed", "incomplete")  # a failed response cannot be continued
+
+
+class ResponsesApi:
+    def __init__(self, proxy: Proxy, quota: QuotaService, store: ResponseStore):
+        self._proxy = proxy
+        self._quota = quota
+        self.store = store
+
+    def routes(self) -> list[Route]:
+        return [Route("/v1/responses", self.create, methods=["POST"]),
+                Route("/v1/responses/{response_id}", self.retrieve, methods=["GET"])]
+
+    async def create(self, request: Request) -> Response:
+        turn = ResponseTurn(self.store, set(self._proxy.pools.pools), self._proxy.settings.server.max_json_depth)
+        return await self._proxy.serve(request, turn.read, turn)
+
+    async def retrieve(self, request: Request) -> Response:
+        request_id = request_id_of(request.headers)
+        try:
+            key = await authenticate(self._quota, request)
+            stored = await owned(self.store, request.path_params["response_id"], key, "response_id")
+        except ApiError as error:
+            return error.response(request_id)
+        return JSONResponse(stored.response, headers={"x-request-id": request_id})
+
+
+async def owned(store: ResponseStore, response_id: str, key: KeyInfo, param: str) -> StoredResponse:
+    """A stored response of the key's account; another account's is as absent as one never stored."""
+    stored = await store.get(response_id)
+    if stored is None or stored.account_id != key.account_id:
+        raise ApiError(404, f"no response with id {response_id[:80]!r} (never stored, expired, or stored with "
+                       "store: false)", "invalid_request_error", "response_not_found", param)
+    return stored
+
+
+class ResponseTurn:
+    """One Responses request: read into a chat request (`read`), its answer translated back and, unless
+    `store` is false, kept with the conversation so far."""
+
+    def __init__(self, store: ResponseStore, classes: set[str], max_depth: int):
+        self._store = store
+        self._classes = classes
+        self._max_depth = max_depth
+        self._account_id = ""
+        self._keep = True
+        self._items: list[dict[str, Any]] = []
+        self.frame = ResponseFrame("", {})
+
+    async def read(self, raw: bytes, key: KeyInfo) -> OpenAIRequest:
+        body = decode_json(raw, max_depth=self._max_depth)
+        model = request_model(body)
+        keep = body.get("store", True)
+        if not isinstance(keep, bool):
+            raise invalid_request("'store' must be a boolean", "store")
+        metadata = body.get("metadata")
+        if metadata is not None and not (isinstance(metadata, dict) and len(metadata) <= 16
+                                         and all(isinstance(v, str) for v in metadata.values())):
+            raise invalid_request("'metadata' must be an object of at most 16 string values", "metadata")
+        previous = body.get("previous_response_id")
+        history: list[dict[str, Any]] = []
+        if previous is not None:
+            if not isinstance(previous, str):
+                raise invalid_request("'previous_response_id' must be a string", "previous_response_id")
+            history = (await owned(self._store, previous, key, "previous_response_id")).items
+        chat, self._items = chat_body(body, history)
+        self._account_id, self._keep = key.account_id, keep
+        self.frame = ResponseFrame(model, body)
+        return parse_body(chat, endpoint=Endpoint.chat, classes=self._classes)
+
+    async def answer(self, completion: dict[str, Any]) -> dict[str, Any]:
+        response = answer_response(self.frame, completion)
+        await self._kept(response)
+        return response
+
+    async def events(self, chunks: AsyncIterator[dict[str, Any]],
+                     ended: Callable[[], Awaitable[ApiError | None]]) -> AsyncIterator[bytes]:
+        translator = ResponseEvents(self.frame)
+        for event in translator.start():
+            yield _sse(event)
+        async for chunk in chunks:
+            for event in translator.add(chunk):
+                yield _sse(event)
+        failure = await ended()
+        if failure is not None:
+            for event in translator.fail(failure):
+                yield _sse(event)
+            return
+        last = translator.finish()
+        if translator.final is not None:
+            await self._kept(translator.final)
+        for event in last:
+            yield _sse(event)
+
+    async def _kept(self, response: dict[str, Any]) -> None:
+        if not self._keep or response["status"] not in KEPT:
+            return
+        try:
+            await self._store.put(self.frame.id, StoredResponse(self._account_id, response,
+                                                                [*self._items, *response["output"]]))
+        except Exception:  # the answer stands; only continuing from it will fail
+            log.exception("storing response %s failed", self.frame.id)
+
+
+def _sse(event: Event) -> bytes:
+    return f"event: {event['type']}\n".encode() + json_event(event)
