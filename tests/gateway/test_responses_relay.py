@@ -4,6 +4,7 @@ token, and responses kept in Redis with their time to live."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import openai
 import pytest
@@ -62,3 +63,32 @@ async def test_responses_kept_in_redis_expire_after_the_configured_time(
         assert 0 < store.ttl(f"tg:response:{first.id}") <= 120
     finally:
         store.close()
+
+
+async def test_store_false_is_neither_kept_nor_continued(upstreams: Start, gateway_for: StartGateway) -> None:
+    gateway = await gateway_for([await upstreams()])
+    client = gateway.client((await gateway.key())[1])
+    unstored = await client.responses.create(model="smollm2", input="Hi", max_output_tokens=2, store=False)
+    assert unstored.store is False and unstored.output_text
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.retrieve(unstored.id)
+    with pytest.raises(openai.NotFoundError) as refused:
+        await client.responses.create(model="smollm2", previous_response_id=unstored.id, input="Hi",
+                                      max_output_tokens=2)
+    assert refused.value.body["param"] == "previous_response_id"  # type: ignore[index]
+
+
+async def test_untranslatable_fields_are_400s_the_sdk_raises_before_any_upstream_call(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    upstream = await upstreams()
+    gateway = await gateway_for([upstream])
+    client = gateway.client((await gateway.key())[1])
+    for extra, param in [({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+                         ({"reasoning": {"effort": "high"}}, "reasoning"),
+                         ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
+                          "input[0].content[0]")]:
+        body: dict[str, Any] = {"model": "smollm2", "input": "Hi", **extra}
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.responses.create(**body)
+        assert refused.value.body["param"] == param  # type: ignore[index]
+    assert upstream.attempts == 0
