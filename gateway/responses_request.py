@@ -37,6 +37,9 @@ def chat_body(request: dict[str, Any], history: list[dict[str, Any]]) -> tuple[d
         if value not in NEUTRAL[name]:
             raise invalid_request(f"'{name}' = {json.dumps(value)[:60]} is not supported; only "
                                   f"{' or '.join(json.dumps(v) for v in NEUTRAL[name])}", name)
+    limit = request.get("max_output_tokens")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise invalid_request("'max_output_tokens' must be a positive integer", "max_output_tokens")
     items = [*history, *input_items(request.get("input"))]
     body: dict[str, Any] = {"model": request["model"]}
     instructions = request.get("instructions")

@@ -106,6 +106,7 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"conversation": "conv_1"}, "conversation"),
     ({"text": {"format": {"type": "grammar"}}}, "text.format.type"),
     ({"instructions": ["a"]}, "instructions"),
+    ({"max_output_tokens": 0}, "max_output_tokens"),
 ]
 
 
