@@ -37,7 +37,7 @@ class ResponseFrame:
 
     def envelope(self, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None = None,
                  finish_reason: str | None = None, error: dict[str, Any] | None = None) -> dict[str, Any]:
-        incomplete = INCOMPLETE.get(finish_reason or "")
+        incomplete = INCOMPLETE.get(finish_reason) if isinstance(finish_reason, str) else None
         if status == "completed" and incomplete is not None:
             status = "incomplete"
         echoed = {name: self.request[name] if self.request.get(name) is not None else default
@@ -82,23 +82,28 @@ def as_object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def as_list(value: Any) -> list[Any]:
+    """A JSON array of an upstream's answer, or an empty one where it sent something else."""
+    return value if isinstance(value, list) else []
+
+
 def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def answer_response(frame: ResponseFrame, completion: dict[str, Any]) -> dict[str, Any]:
     """The final response object of a whole chat completion."""
-    choices = completion.get("choices")
-    choice = as_object(choices[0] if isinstance(choices, list) and choices else None)
+    choices = as_list(completion.get("choices"))
+    choice = as_object(choices[0] if choices else None)
     message = as_object(choice.get("message"))
-    finish_reason = choice.get("finish_reason")
+    finish_reason = choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None
     status = "incomplete" if finish_reason in INCOMPLETE else "completed"
     output: list[dict[str, Any]] = []
     text, refusal = message.get("content"), message.get("refusal")
     if (isinstance(text, str) and text) or isinstance(refusal, str):
         output.append(message_item(new_id("msg"), text if isinstance(text, str) else None,
                                    refusal if isinstance(refusal, str) else None, status))
-    for call in message.get("tool_calls") or ():
+    for call in as_list(message.get("tool_calls")):
         function = as_object(call).get("function")
         if isinstance(function, dict):
             output.append(function_call_item(new_id("fc"), str(call.get("id") or new_id("call")),

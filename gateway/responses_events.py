@@ -14,6 +14,7 @@ from typing import Any
 from gateway.errors import ApiError
 from gateway.responses_answer import (
     ResponseFrame,
+    as_list,
     as_object,
     function_call_item,
     message_item,
@@ -60,16 +61,16 @@ class ResponseEvents:
         if isinstance(chunk.get("usage"), dict):
             self._usage = chunk["usage"]
         events: list[Event] = []
-        for choice in chunk.get("choices") or ():
+        for choice in as_list(chunk.get("choices")):
             if not isinstance(choice, dict) or (choice.get("index") or 0) != 0:
                 continue  # the Responses API has one output: other choices have no place in it
-            if choice.get("finish_reason") is not None:
+            if isinstance(choice.get("finish_reason"), str):
                 self._finish_reason = choice["finish_reason"]
             delta = as_object(choice.get("delta"))
             for kind, name in (("output_text", "content"), ("refusal", "refusal")):
                 if isinstance(delta.get(name), str) and delta[name]:
                     events += self._text(kind, delta[name])
-            for call in delta.get("tool_calls") or ():
+            for call in as_list(delta.get("tool_calls")):
                 if isinstance(call, dict):
                     events += self._call(call)
         return events

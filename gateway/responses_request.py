@@ -101,7 +101,7 @@ def chat_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
     role = item.get("role")
-    if role not in MESSAGE_ROLES:
+    if not isinstance(role, str) or role not in MESSAGE_ROLES:
         raise invalid_request(f"'{where}.role' must be one of {sorted(MESSAGE_ROLES)}", f"{where}.role")
     content = item.get("content")
     if isinstance(content, str):

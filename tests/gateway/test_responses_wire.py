@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.errors import ApiError
 from gateway.responses_answer import ResponseFrame, answer_response
@@ -223,3 +226,47 @@ def test_a_failed_stream_ends_with_response_failed_then_an_error_event() -> None
     assert error["type"] == "error" and error["code"] == "stream_cut"
     assert error["error"]["message"] == "the upstream broke off"  # what the openai SDK raises APIError from
     assert error["sequence_number"] == failed["sequence_number"] + 1
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+                    max_leaves=12)
+# values shaped like the real thing often enough to get past the first check
+ITEM = st.fixed_dictionaries({"type": st.sampled_from(["message", "function_call", "function_call_output", "x"]),
+                              "role": st.sampled_from(["user", "assistant", "tool"]) | JSON,
+                              "content": st.lists(st.fixed_dictionaries({
+                                  "type": st.sampled_from(["input_text", "input_image", "output_text"]),
+                                  "text": JSON, "image_url": JSON}), max_size=2) | JSON,
+                              "call_id": JSON, "name": JSON, "arguments": JSON, "output": JSON})
+FIELDS = {"input": st.lists(ITEM, max_size=3) | JSON, "tools": st.lists(st.fixed_dictionaries(
+    {"type": st.sampled_from(["function", "web_search"]) | JSON, "name": JSON, "parameters": JSON}), max_size=2) | JSON,
+    "tool_choice": JSON, "text": st.fixed_dictionaries({"format": JSON}) | JSON, "instructions": JSON,
+    "max_output_tokens": JSON, "reasoning": JSON, "include": JSON}
+
+
+@settings(max_examples=100, deadline=None, database=None, derandomize=True)
+@given(st.fixed_dictionaries({}, optional=FIELDS))
+def test_any_request_translates_or_is_a_400(fields: dict[str, Any]) -> None:
+    try:
+        body, _ = chat_body({"model": "m", "input": "Hi", **fields}, [])
+    except ApiError as refused:
+        assert refused.status == 400 and refused.param
+    else:
+        assert body["messages"] and json.dumps(body)
+
+
+CHOICE = st.fixed_dictionaries({}, optional={
+    "index": st.sampled_from([0, 1]) | JSON, "finish_reason": JSON, "message": JSON, "delta": st.fixed_dictionaries(
+        {}, optional={"content": JSON, "refusal": JSON, "tool_calls": st.lists(st.fixed_dictionaries(
+            {}, optional={"index": JSON, "id": JSON, "function": JSON}), max_size=2) | JSON}) | JSON})
+ANSWER = st.fixed_dictionaries({}, optional={"choices": st.lists(CHOICE, max_size=2) | JSON, "usage": JSON})
+
+
+@settings(max_examples=100, deadline=None, database=None, derandomize=True)
+@given(st.lists(ANSWER, max_size=4))
+def test_any_upstream_answer_translates_without_failing(answers: list[dict[str, Any]]) -> None:
+    for answer in answers:
+        assert answer_response(frame(), answer)["object"] == "response"
+    events, translator = streamed(answers)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert translator.final is not None and json.dumps(translator.final)
