@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.auth import authenticate
-from gateway.errors import ApiError, invalid_request
+from gateway.errors import ApiError, invalid_request, unavailable
 from gateway.openai_request import Endpoint, OpenAIRequest, parse_body, request_model
 from gateway.proxy import Proxy
 from gateway.response_store import ResponseStore, StoredResponse
@@ -54,7 +54,11 @@ class ResponsesApi:
 
 async def owned(store: ResponseStore, response_id: str, key: KeyInfo, param: str) -> StoredResponse:
     """A stored response of the key's account; another account's is as absent as one never stored."""
-    stored = await store.get(response_id)
+    try:
+        stored = await store.get(response_id)
+    except Exception:  # Redis or the disk failed between auth and here: the client may retry, it is not a bug
+        log.exception("reading response %s failed", response_id[:80])
+        raise unavailable("the response store is unavailable; retry shortly", 1.0, "store_unavailable") from None
     if stored is None or stored.account_id != key.account_id:
         raise ApiError(404, f"no response with id {response_id[:80]!r} (never stored, expired, or stored with "
                        "store: false)", "invalid_request_error", "response_not_found", param)

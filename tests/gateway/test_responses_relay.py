@@ -63,6 +63,10 @@ async def test_responses_kept_in_redis_expire_after_the_configured_time(
         assert 0 < store.ttl(f"tg:response:{first.id}") <= 120
     finally:
         store.close()
+    redis_server.stop()  # the key's auth may still be cached: the store read itself fails then
+    with pytest.raises(openai.InternalServerError) as unavailable:
+        await client.responses.retrieve(first.id)
+    assert unavailable.value.status_code == 503 and unavailable.value.response.headers["retry-after"]
 
 
 async def test_store_false_is_neither_kept_nor_continued(upstreams: Start, gateway_for: StartGateway) -> None:
