@@ -43,6 +43,7 @@ class StoredResponse:
 class ResponseStore(Protocol):
     async def put(self, response_id: str, stored: StoredResponse) -> None: ...
     async def get(self, response_id: str) -> StoredResponse | None: ...
+    async def delete(self, response_id: str) -> None: ...
     async def close(self) -> None: ...
 
 
@@ -63,6 +64,9 @@ class RedisResponses:
     async def get(self, response_id: str) -> StoredResponse | None:
         found = await self._r.get(_key(response_id))
         return None if found is None else StoredResponse.decode(found)
+
+    async def delete(self, response_id: str) -> None:
+        await self._r.delete(_key(response_id))
 
     async def close(self) -> None:
         pass  # the client is the gateway's, closed with it
@@ -94,6 +98,10 @@ class SqliteResponses:
             row = self._db.execute("SELECT body FROM responses WHERE id = ? AND expires > ?",
                                    (response_id, time.time())).fetchone()
         return None if row is None else StoredResponse.decode(row[0])
+
+    async def delete(self, response_id: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM responses WHERE id = ?", (response_id,))
 
     async def close(self) -> None:
         with self._lock:

@@ -36,20 +36,43 @@ class ResponsesApi:
 
     def routes(self) -> list[Route]:
         return [Route("/v1/responses", self.create, methods=["POST"]),
-                Route("/v1/responses/{response_id}", self.retrieve, methods=["GET"])]
+                Route("/v1/responses/{response_id}", self.retrieve, methods=["GET"]),
+                Route("/v1/responses/{response_id}", self.delete, methods=["DELETE"])]
 
     async def create(self, request: Request) -> Response:
         turn = ResponseTurn(self.store, set(self._proxy.pools.pools), self._proxy.settings.server.max_json_depth)
         return await self._proxy.serve(request, turn.read, turn)
 
     async def retrieve(self, request: Request) -> Response:
+        return await self._on_stored(request, forget=False)
+
+    async def delete(self, request: Request) -> Response:
+        """Forgets a stored response (its conversation with it) before its time to live ends."""
+        return await self._on_stored(request, forget=True)
+
+    async def _on_stored(self, request: Request, forget: bool) -> Response:
         request_id = request_id_of(request.headers)
+        response_id = request.path_params["response_id"]
         try:
             key = await authenticate(self._quota, request)
-            stored = await owned(self.store, request.path_params["response_id"], key, "response_id")
+            stored = await owned(self.store, response_id, key, "response_id")
+            if forget:
+                await self._forget(response_id)
         except ApiError as error:
             return error.response(request_id)
-        return JSONResponse(stored.response, headers={"x-request-id": request_id})
+        body = {"id": response_id, "object": "response.deleted", "deleted": True} if forget else stored.response
+        return JSONResponse(body, headers={"x-request-id": request_id})
+
+    async def _forget(self, response_id: str) -> None:
+        try:
+            await self.store.delete(response_id)
+        except Exception:  # as in `owned`: the store failed, the client may retry
+            log.exception("deleting response %s failed", response_id[:80])
+            raise store_unavailable() from None
+
+
+def store_unavailable() -> ApiError:
+    return unavailable("the response store is unavailable; retry shortly", 1.0, "store_unavailable")
 
 
 async def owned(store: ResponseStore, response_id: str, key: KeyInfo, param: str) -> StoredResponse:
@@ -58,7 +81,7 @@ async def owned(store: ResponseStore, response_id: str, key: KeyInfo, param: str
         stored = await store.get(response_id)
     except Exception:  # Redis or the disk failed between auth and here: the client may retry, it is not a bug
         log.exception("reading response %s failed", response_id[:80])
-        raise unavailable("the response store is unavailable; retry shortly", 1.0, "store_unavailable") from None
+        raise store_unavailable() from None
     if stored is None or stored.account_id != key.account_id:
         raise ApiError(404, f"no response with id {response_id[:80]!r} (never stored, expired, or stored with "
                        "store: false)", "invalid_request_error", "response_not_found", param)

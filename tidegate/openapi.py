@@ -124,13 +124,14 @@ def gateway_api_paths() -> dict[str, Any]:
     """The APIs only the gateway serves: the Responses API (translated to chat) and embeddings (relayed)."""
     errors = (400, 401, 403, 404, 413, 429, 503, 504)
     response_id = [{"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+    answer = {"200": {"description": "the response object, or that it was deleted",
+                      "content": {JSON: {"schema": {"type": "object"}}}}, **_errors(401, 404, 503)}
     return {
         "/v1/responses": _post("Create a response (OpenAI Responses API)", "ResponseRequest", *errors),
-        "/v1/responses/{response_id}": {"get": {"summary": "A stored response of the caller's account",
-                                                "parameters": response_id, "responses": {
-                                                    "200": {"description": "the response object",
-                                                            "content": {JSON: {"schema": {"type": "object"}}}},
-                                                    **_errors(401, 404)}}},
+        "/v1/responses/{response_id}": {
+            "get": {"summary": "A stored response of the caller's account", "parameters": response_id,
+                    "responses": answer},
+            "delete": {"summary": "Forget a stored response", "parameters": response_id, "responses": answer}},
         "/v1/embeddings": _post("Embeddings, from channels that serve them", "EmbeddingRequest", *errors),
     }
 

@@ -82,6 +82,20 @@ async def test_store_false_is_neither_kept_nor_continued(upstreams: Start, gatew
     assert refused.value.body["param"] == "previous_response_id"  # type: ignore[index]
 
 
+async def test_a_deleted_response_can_no_longer_be_read_or_continued(upstreams: Start,
+                                                                     gateway_for: StartGateway) -> None:
+    gateway = await gateway_for([await upstreams()])
+    client = gateway.client((await gateway.key())[1])
+    kept = await client.responses.create(model="smollm2", input="Hi", max_output_tokens=2)
+    with pytest.raises(openai.NotFoundError):  # another account cannot delete it
+        await gateway.client((await gateway.key())[1]).responses.delete(kept.id)
+    await client.responses.delete(kept.id)
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.retrieve(kept.id)
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.create(model="smollm2", previous_response_id=kept.id, input="Hi", max_output_tokens=2)
+
+
 async def test_untranslatable_fields_are_400s_the_sdk_raises_before_any_upstream_call(
         upstreams: Start, gateway_for: StartGateway) -> None:
     upstream = await upstreams()
