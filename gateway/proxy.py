@@ -106,10 +106,8 @@ class Proxy:
         exchange.record.channel, exchange.record.attempts = answer.channel.name, answer.attempts
         headers[SERVED_MODEL] = exchange.record.served_model = answer.model
         exchange.first_token()
-        if answer.events is not None and call.stream and translation is not None:
-            return self._translated_stream(exchange, answer, translation, headers, deadline)
         if answer.events is not None and call.stream:
-            return self._stream(exchange, answer, call, headers, deadline)
+            return self._stream(exchange, answer, call, headers, deadline, translation)
         if answer.events is not None:
             return await self._assembled(request, exchange, answer, call.endpoint is Endpoint.chat, headers,
                                          deadline, translation)
@@ -205,7 +203,7 @@ class Proxy:
         return Usage(exchange.record.prompt_tokens, relay.chunks)
 
     def _stream(self, exchange: Exchange, answer: Answer, call: OpenAIRequest, headers: dict[str, str],
-                deadline: float) -> Response:
+                deadline: float, translation: Translation | None) -> Response:
         relay = StreamRelay(answer, wants_usage=call.wants_usage, deadline=deadline,
                             idle=answer.channel.timeouts.idle)
 
@@ -213,25 +211,9 @@ class Proxy:
             await relay.close(how)
             await exchange.end(200, relay.outcome.value, self._charged(exchange, relay))
 
+        events = relay.stream(end) if translation is None else translation.events(relay, end)
         # the total deadline covers writing to the client too: one that stops reading is cut there
-        return EventStreamResponse(relay.stream(end), headers, deadline=deadline, on_close=end)
-
-    def _translated_stream(self, exchange: Exchange, answer: Answer, translation: Translation,
-                           headers: dict[str, str], deadline: float) -> Response:
-        relay = StreamRelay(answer, wants_usage=True, deadline=deadline, idle=answer.channel.timeouts.idle)
-
-        async def end(how: StreamEnd = StreamEnd.finished) -> None:
-            await relay.close(how)
-            await exchange.end(200, relay.outcome.value, self._charged(exchange, relay))
-
-        async def ended() -> ApiError | None:
-            """Settles before the translation sends its last event; says how the upstream's stream ended."""
-            failed = relay.outcome is not Outcome.ok
-            await end()
-            return outcome_error(relay.outcome) if failed else None
-
-        return EventStreamResponse(translation.events(relay.json_chunks(), ended), headers, deadline=deadline,
-                                   on_close=end)
+        return EventStreamResponse(events, headers, deadline=deadline, on_close=end)
 
     async def models(self, request: Request) -> Response:
         request_id = request_id_of(request.headers)

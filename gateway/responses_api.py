@@ -15,6 +15,7 @@ from gateway.auth import authenticate
 from gateway.errors import ApiError, invalid_request, unavailable
 from gateway.openai_request import Endpoint, OpenAIRequest, parse_body, request_model
 from gateway.proxy import Proxy
+from gateway.relay import Outcome, StreamRelay, outcome_error
 from gateway.response_store import ResponseStore, StoredResponse
 from gateway.responses_answer import ResponseFrame, answer_response
 from gateway.responses_events import Event, ResponseEvents
@@ -127,17 +128,16 @@ class ResponseTurn:
         await self._kept(response)
         return response
 
-    async def events(self, chunks: AsyncIterator[dict[str, Any]],
-                     ended: Callable[[], Awaitable[ApiError | None]]) -> AsyncIterator[bytes]:
+    async def events(self, relay: StreamRelay, before_end: Callable[[], Awaitable[None]]) -> AsyncIterator[bytes]:
         translator = ResponseEvents(self.frame)
         for event in translator.start():
             yield _sse(event)
-        async for chunk in chunks:
+        async for chunk in relay.json_chunks():
             for event in translator.add(chunk):
                 yield _sse(event)
-        failure = await ended()
-        if failure is not None:
-            for event in translator.fail(failure):
+        await before_end()
+        if relay.outcome is not Outcome.ok:
+            for event in translator.fail(outcome_error(relay.outcome)):
                 yield _sse(event)
             return
         last = translator.finish()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
-from gateway.errors import ApiError
+from gateway.relay import StreamRelay
 
 
 class Translation(Protocol):
@@ -14,8 +14,8 @@ class Translation(Protocol):
         """The client's answer for a whole chat completion (an upstream's, or one assembled from its stream)."""
         ...
 
-    def events(self, chunks: AsyncIterator[dict[str, Any]],
-               ended: Callable[[], Awaitable[ApiError | None]]) -> AsyncIterator[bytes]:
-        """The client's SSE events for the upstream's chat chunks; `ended`, awaited once the chunks run out and
-        before the last event, settles the request and says whether the upstream's stream failed."""
+    def events(self, relay: StreamRelay, before_end: Callable[[], Awaitable[None]]) -> AsyncIterator[bytes]:
+        """The client's SSE events for the upstream's chat chunks (`relay.json_chunks()`); `before_end`, awaited
+        once the chunks run out and before the last event, settles the request, and `relay.outcome` then says
+        whether the upstream's stream failed."""
         ...
