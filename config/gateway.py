@@ -89,6 +89,7 @@ class Channel(BaseModel):
     # the cluster layer: tokens/s into this channel and requests in it, counted across every gateway replica
     token_bucket: TokenBucket | None = None
     global_max_concurrency: int | None = Field(default=None, ge=1)
+    embeddings: bool = False  # serves POST /embeddings: only such channels get embedding requests
 
     @field_validator("models", mode="before")
     @classmethod
@@ -236,6 +237,8 @@ class GatewaySettings(StoreSettings):
     ip_rate_limit: IpRateLimit | None = None
     # public model name -> its targets and fallbacks; a channel's `models` map is the group of names not listed here
     model_groups: dict[str, ModelGroup] = Field(default_factory=dict)
+    # how long a Responses API response (and the conversation to continue it) is kept for previous_response_id
+    responses_ttl_seconds: int = Field(default=86400, ge=60)
 
     @model_validator(mode="after")
     def _consistent(self) -> GatewaySettings:
