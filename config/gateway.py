@@ -89,7 +89,7 @@ class Channel(BaseModel):
     # the cluster layer: tokens/s into this channel and requests in it, counted across every gateway replica
     token_bucket: TokenBucket | None = None
     global_max_concurrency: int | None = Field(default=None, ge=1)
-    embeddings: bool = False  # serves POST /embeddings: only such channels get embedding requests
+    embeddings: bool = False  # serves POST /embeddings (not an anthropic channel): only such channels get them
 
     @field_validator("models", mode="before")
     @classmethod
@@ -111,6 +111,8 @@ class Channel(BaseModel):
             raise ValueError("an azure channel needs api_version (for example 2024-10-21)")
         if self.kind == "openai" and self.api_version is not None:
             raise ValueError("api_version is for azure and anthropic channels")
+        if self.kind == "anthropic" and self.embeddings:
+            raise ValueError("an anthropic channel cannot serve embeddings: Anthropic's API has none")
         if self.kind != "openai":  # a cloud API: it has no /health, and would refuse tidegate's own extras
             if "extras" not in self.model_fields_set:
                 self.extras = set()

@@ -70,13 +70,15 @@ async def test_embeddings_need_a_declaring_channel_and_cannot_stream(upstreams: 
     assert refused.value.body["param"] == "stream"  # type: ignore[index]
 
 
-async def test_a_run_time_channel_declares_embeddings_through_the_admin_api(upstreams: Start,
-                                                                            gateway_for: StartGateway) -> None:
+async def test_a_run_time_channel_declares_embeddings_through_the_admin_api_unless_anthropic(
+        upstreams: Start, gateway_for: StartGateway) -> None:
     gateway = await gateway_for([await upstreams()])
     embedder = await upstreams()
     channel = {"name": "late", "base_url": embedder.base_url, "models": ["smollm2"]}
     refused = await gateway.admin.post("/admin/channels", json={**channel, "embeddings": "perhaps"})
     assert refused.status_code == 400 and "embeddings" in refused.json()["error"]["message"]
+    anthropic = await gateway.admin.post("/admin/channels", json={**channel, "kind": "anthropic", "embeddings": True})
+    assert anthropic.status_code == 400 and "cannot serve embeddings" in anthropic.json()["error"]["message"]
     added = await gateway.admin.post("/admin/channels", json={**channel, "embeddings": True})
     assert added.status_code == 201 and added.json()["settings"]["embeddings"] is True
     _, secret = await gateway.key()
