@@ -89,6 +89,7 @@ class Channel(BaseModel):
     # the cluster layer: tokens/s into this channel and requests in it, counted across every gateway replica
     token_bucket: TokenBucket | None = None
     global_max_concurrency: int | None = Field(default=None, ge=1)
+    embeddings: bool = False  # serves POST /embeddings (not an anthropic channel): only such channels get them
 
     @field_validator("models", mode="before")
     @classmethod
@@ -110,6 +111,8 @@ class Channel(BaseModel):
             raise ValueError("an azure channel needs api_version (for example 2024-10-21)")
         if self.kind == "openai" and self.api_version is not None:
             raise ValueError("api_version is for azure and anthropic channels")
+        if self.kind == "anthropic" and self.embeddings:
+            raise ValueError("an anthropic channel cannot serve embeddings: Anthropic's API has none")
         if self.kind != "openai":  # a cloud API: it has no /health, and would refuse tidegate's own extras
             if "extras" not in self.model_fields_set:
                 self.extras = set()
@@ -237,6 +240,8 @@ class GatewaySettings(StoreSettings):
     # public model name -> its targets and fallbacks; a channel's `models` map is the group of names not listed here
     model_groups: dict[str, ModelGroup] = Field(default_factory=dict)
     routing: Routing = Field(default_factory=Routing)  # a model group's own `routing` overrides it
+    # how long a Responses API response (and the conversation to continue it) is kept for previous_response_id
+    responses_ttl_seconds: int = Field(default=86400, ge=60)
 
     @model_validator(mode="after")
     def _consistent(self) -> GatewaySettings:

@@ -46,6 +46,8 @@ def _channel_fields(parser: argparse.ArgumentParser, required: bool) -> None:
     parser.add_argument("--health-path", help="polled for health; 'none' for upstreams without one")
     parser.add_argument("--stream-upstream", action=argparse.BooleanOptionalAction, default=None,
                         help="stream upstream even for non-streamed clients (off for upstreams that cannot)")
+    parser.add_argument("--embeddings", action=argparse.BooleanOptionalAction, default=None,
+                        help="the upstream serves /embeddings: send it embedding requests")
 
 
 def routing_request(args: argparse.Namespace) -> Call:
@@ -62,7 +64,8 @@ def routing_request(args: argparse.Namespace) -> Call:
             raise SystemExit("tidegate admin: --target is CHANNEL=MODEL")
         return "PUT", f"{base}/{args.name}", {"targets": targets, "fallbacks": args.fallback}, {}
     body: dict[str, Any] = {} if action == "update" else {"name": args.name}
-    for flag in ("base_url", "kind", "api_version", "weight", "priority", "max_concurrency", "stream_upstream"):
+    for flag in ("base_url", "kind", "api_version", "weight", "priority", "max_concurrency", "stream_upstream",
+                 "embeddings"):
         if getattr(args, flag) is not None:
             body[flag] = getattr(args, flag)
     if args.models is not None:

@@ -30,8 +30,8 @@ def estimate_prompt_tokens(body: dict[str, Any], *, image_tokens: int) -> int:
                 text, pictures = _content_size(message.get("content"))
                 size += text + _json_bytes(message.get("tool_calls")) + _json_bytes(message.get("function_call"))
                 images += pictures
-    else:
-        size, images = _content_size(body.get("prompt"))
+    else:  # a completion's prompt, or an embedding's input
+        size, images = _content_size(body["prompt"] if "prompt" in body else body.get("input"))
     size += sum(_json_bytes(body.get(name)) for name in PROMPT_FIELDS)
     return max(1, size // 4) + images * image_tokens
 

@@ -31,6 +31,8 @@ from gateway.ip_limit import IpRateLimitMiddleware
 from gateway.metrics import GatewayMetrics
 from gateway.priority import PriorityPools
 from gateway.proxy import Proxy
+from gateway.response_store import open_response_store
+from gateway.responses_api import ResponsesApi
 from gateway.router import Router
 from gateway.tracing import setup_tracing
 from gateway.upstream import UpstreamClient
@@ -67,6 +69,7 @@ class Gateway:
         upstream = UpstreamClient(self.router, settings.retries, self.session, limits=limits)
         self.tracing = setup_tracing(settings.tracing)
         self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics, self.tracing)
+        self.responses = ResponsesApi(self.proxy, quota, open_response_store(settings, self.redis))
         self.admin = AdminApi(quota, self.registry, configured_admin_key(settings),
                               frozenset(settings.priority_classes), settings.currency)
         self.health = HealthChecker(self.router.channels, settings.health_check_interval, self.http,
@@ -90,6 +93,7 @@ class Gateway:
             await self.breaker_sync.stop()
         await self.http.aclose()
         await self.session.close()
+        await self.responses.store.close()
         await self.quota.close()
         self.tracing.shutdown()
 
@@ -114,6 +118,8 @@ class Gateway:
             Route("/v1/chat/completions", self.proxy.completions, methods=["POST"]),
             Route("/v1/completions", self.proxy.completions, methods=["POST"]),
             Route("/v1/messages", self.proxy.messages, methods=["POST"]),
+            Route("/v1/embeddings", self.proxy.embeddings, methods=["POST"]),
+            *self.responses.routes(),
             Route("/v1/models", self.proxy.models, methods=["GET"]),
             Route("/health", self.health_route, methods=["GET"]),
             Route("/metrics", self.metrics_route, methods=["GET"]),

@@ -1,4 +1,4 @@
-"""`POST /v1/messages`: Anthropic's Messages API, served as chat completions through the gateway's one path.
+"""`POST /v1/messages`: Anthropic's Messages API, a `ClientWire` served as chat completions through the one path.
 
 Requests, answers and streams are translated by `gateway.anthropic_wire`; errors take Anthropic's shape
 (`{"type": "error", "error": {"type", "message"}}`) with the gateway's status and headers.
@@ -11,38 +11,38 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from gateway.anthropic_wire import MessagesEvents, chat_request, messages_answer, messages_error
-from gateway.client_wire import BeforeEnd
+from gateway.client_wire import BeforeEnd, encode
 from gateway.errors import ApiError, invalid_request
-from gateway.openai_request import OpenAIRequest, read
+from gateway.openai_request import Endpoint, OpenAIRequest, read
 from gateway.relay import Outcome, StreamRelay, outcome_error
+from quota import KeyInfo
+from tidegate.event_stream import named_event
 from tidegate.request_body import decode_json
 
 
 class MessagesWire:
-    chat = True
-
-    def parse(self, raw: bytes, *, classes: set[str], max_depth: int) -> OpenAIRequest:
+    async def parse(self, raw: bytes, key: KeyInfo, *, classes: set[str], max_depth: int) -> OpenAIRequest:
         body = decode_json(raw, max_depth=max_depth)
         if not isinstance(body, dict):
             raise invalid_request("the body must be a JSON object")
-        call = read(chat_request(body), chat=True, classes=classes)
+        call = read(chat_request(body), endpoint=Endpoint.chat, classes=classes)
         call.wants_usage = True  # a Messages stream always ends with its usage
         return call
 
     def error_body(self, error: ApiError) -> dict[str, Any]:
         return messages_error(error)
 
-    def whole(self, status: int, body: bytes) -> tuple[int, bytes]:
+    async def whole(self, status: int, body: bytes) -> tuple[int, bytes]:
         answer = json.loads(body)  # the gateway's own JSON: a served chat completion or its OpenAI error
         if status >= 300:
             message = str(answer.get("error", {}).get("message") or "the upstream refused the request")
-            return status, _encode(messages_error(ApiError(status, message)))
+            return status, encode(messages_error(ApiError(status, message)))
         try:
-            return status, _encode(self.answer(answer))
+            return status, encode(await self.answer(answer))
         except ApiError as error:
-            return error.status, _encode(messages_error(error))
+            return error.status, encode(messages_error(error))
 
-    def answer(self, whole: dict[str, Any]) -> dict[str, Any]:
+    async def answer(self, whole: dict[str, Any]) -> dict[str, Any]:
         try:
             return messages_answer(whole)
         except ApiError as error:  # the upstream's answer, not the client's request, is what cannot be carried
@@ -61,14 +61,6 @@ class MessagesWire:
                 yield named_event(name, data)
         else:
             yield named_event("error", messages_error(outcome_error(relay.outcome)))
-
-
-def named_event(name: str, data: dict[str, Any]) -> bytes:
-    return f"event: {name}\ndata: ".encode() + _encode(data) + b"\n\n"
-
-
-def _encode(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 MESSAGES = MessagesWire()

@@ -16,12 +16,12 @@ from gateway.admission import estimate_prompt_tokens, max_output_tokens, rate_he
 from gateway.assembly import Assembly
 from gateway.auth import authenticate
 from gateway.channel_limits import CapacityAsk
-from gateway.client_wire import CHAT, COMPLETIONS, ClientWire
+from gateway.client_wire import CHAT, COMPLETIONS, EMBEDDINGS, ClientWire
 from gateway.errors import ApiError, forbidden, not_found
 from gateway.exchange import Exchange
 from gateway.messages_api import MESSAGES
 from gateway.metrics import GatewayMetrics
-from gateway.openai_request import OpenAIRequest
+from gateway.openai_request import Endpoint, OpenAIRequest
 from gateway.priority import PriorityPools
 from gateway.relay import Outcome, StreamRelay, Usage, outcome_error
 from gateway.request_extras import cache_scope_salt, request_extras
@@ -39,7 +39,7 @@ SERVED_MODEL = "x-tidegate-served-model"
 
 
 class Proxy:
-    """Serves the OpenAI routes; every request ends through its `Exchange`, exactly once."""
+    """Serves every inbound API through one path; every request ends through its `Exchange`, exactly once."""
 
     def __init__(self, settings: GatewaySettings, quota: QuotaService, router: Router,
                  upstream: UpstreamClient, pools: PriorityPools, metrics: GatewayMetrics, tracing: Tracing):
@@ -55,11 +55,15 @@ class Proxy:
     async def completions(self, request: Request) -> Response:
         return await self.serve(request, CHAT if request.url.path.endswith("/chat/completions") else COMPLETIONS)
 
+    async def embeddings(self, request: Request) -> Response:
+        return await self.serve(request, EMBEDDINGS)
+
     async def messages(self, request: Request) -> Response:
         return await self.serve(request, MESSAGES)
 
     async def serve(self, request: Request, wire: ClientWire) -> Response:
-        """One request of any inbound API, served as chat or completions and answered in the API's shape."""
+        """One request of any inbound API, served as chat, completions or embeddings and answered in the API's
+        shape by its `wire`."""
         request_id = request_id_of(request.headers)
         trace = self.tracing.start_request("POST", request.url.path, request_id, request.headers)
         exchange = Exchange(self.quota, self.metrics, request_id, request.url.path, self._renew_interval, trace)
@@ -68,22 +72,23 @@ class Proxy:
             exchange.identify(key)
             limits = self.settings.server
             raw = await read_body(request, max_bytes=self.settings.max_body_bytes, timeout=limits.body_timeout)
-            call = wire.parse(raw, classes=set(self.pools.pools), max_depth=limits.max_json_depth)
+            call = await wire.parse(raw, key, classes=set(self.pools.pools), max_depth=limits.max_json_depth)
             exchange.record.model, exchange.record.stream = call.model, call.stream
             trace.set_model(call.model)
-            self._check_model(key, call.model)
+            self._check_model(key, call)
             headers = await self._admit(exchange, key, call, request_id)
             pool = self.pools.choose(key.priority_class, call.priority_class)
             await exchange.take_slot(pool)
             deadline = exchange.started + self.settings.timeouts.total
             exchange.upstream_started = time.monotonic()
-            path = "/chat/completions" if wire.chat else "/completions"
-            exchange.prefix = self.router.prefix(call.model, call.body, cache_scope_salt(key) or "")
-            answer = await self.upstream.call(UpstreamRequest(call.model, path, call.body, call.stream, deadline,
-                                                              request_id, trace, request_extras(key, pool),
+            exchange.prefix = (self.router.prefix(call.model, call.body, cache_scope_salt(key) or "")
+                               if call.endpoint.generates else None)
+            answer = await self.upstream.call(UpstreamRequest(call.model, call.endpoint.value, call.body, call.stream,
+                                                              deadline, request_id, trace, request_extras(key, pool),
                                                               CapacityAsk(call.model, exchange.estimated_tokens,
                                                                           request_id, pool.settings.queue_timeout),
-                                                              allowed=key.allows, prefix=exchange.prefix))
+                                                              allowed=key.allows, barred=self._barred(call),
+                                                              streamable=call.endpoint.generates, prefix=exchange.prefix))
             exchange.hold_capacity(answer.capacity, self.upstream.release_capacity)
         except ApiError as error:
             await exchange.end(error.status, "refused" if error.status < 500 else "failed")
@@ -100,19 +105,29 @@ class Proxy:
         if answer.events is not None and call.stream:
             return self._stream(wire, exchange, answer, call, headers, deadline)
         if answer.events is not None:
-            return await self._assembled(request, wire, exchange, answer, headers, deadline)
-        return await self._whole(wire, exchange, answer, headers)
+            return await self._assembled(request, wire, exchange, answer, call.endpoint is Endpoint.chat, headers,
+                                         deadline)
+        return await self._whole(wire, exchange, answer, call, headers)
 
-    def _check_model(self, key: KeyInfo, model: str) -> None:
+    def _check_model(self, key: KeyInfo, call: OpenAIRequest) -> None:
+        model = call.model
         if not key.allows(model):
             raise forbidden(f"this key may not use model {model!r}", "model_not_allowed")
         if not self.router.serves(model):
             raise not_found(f"the model {model!r} does not exist", "model_not_found")
+        if call.endpoint is Endpoint.embeddings and not any(c.config.embeddings for c, _ in self.router.targets(model)):
+            raise not_found(f"no channel serves embeddings for the model {model!r}", "model_not_found")
+
+    def _barred(self, call: OpenAIRequest) -> frozenset[str]:
+        """Channels that never get this request: for embeddings, those that do not declare them."""
+        if call.endpoint is not Endpoint.embeddings:
+            return frozenset()
+        return frozenset(c.name for c in self.router.channels if not c.config.embeddings)
 
     async def _admit(self, exchange: Exchange, key: KeyInfo, call: OpenAIRequest,
                      request_id: str) -> dict[str, str]:
         prompt = estimate_prompt_tokens(call.body, image_tokens=self.settings.image_prompt_tokens)
-        max_output = max_output_tokens(call.body, self.settings.default_max_tokens)
+        max_output = max_output_tokens(call.body, self.settings.default_max_tokens) if call.endpoint.generates else 0
         with exchange.trace.admission() as span:
             admission = await self.quota.admit(key, model=call.model, estimated_tokens=prompt + max_output,
                                                request_id=request_id, max_output_tokens=max_output)
@@ -130,24 +145,24 @@ class Proxy:
             headers["x-tidegate-degraded"] = "1"
         return headers
 
-    async def _whole(self, wire: ClientWire, exchange: Exchange, answer: Answer,
+    async def _whole(self, wire: ClientWire, exchange: Exchange, answer: Answer, call: OpenAIRequest,
                      headers: dict[str, str]) -> Response:
         # a 4xx from the upstream is the request's fault, not the channel's; a broken answer (5xx for the client) is
         verdict = answer.status < 500
         try:
-            reply = client_answer(answer, exchange.record.prompt_tokens)
+            reply = client_answer(answer, exchange.record.prompt_tokens, call.endpoint.generates)
             verdict = reply.status < 500
         finally:
             await answer.finish(verdict)
-        status, body = wire.whole(reply.status, reply.body)
+        status, body = await wire.whole(reply.status, reply.body)
         await exchange.end(status, "ok" if status < 300 else "upstream_error", reply.usage)
         return Response(body, status, headers, media_type="application/json")
 
-    async def _assembled(self, request: Request, wire: ClientWire, exchange: Exchange, answer: Answer,
+    async def _assembled(self, request: Request, wire: ClientWire, exchange: Exchange, answer: Answer, chat: bool,
                          headers: dict[str, str], deadline: float) -> Response:
         """A non-streamed request answered from an upstream stream: one JSON body once the stream is done."""
         relay = StreamRelay(answer, wants_usage=True, deadline=deadline, idle=answer.channel.timeouts.idle)
-        assembly = Assembly(wire.chat, answer.model)
+        assembly = Assembly(chat, answer.model)
         stayed = False
         try:
             # a client that leaves is noticed at once: closing the upstream call stops the generation there
@@ -163,7 +178,7 @@ class Proxy:
         error = None if relay.outcome is Outcome.ok else outcome_error(relay.outcome)
         if error is None:
             try:
-                whole = wire.answer(assembly.answer())
+                whole = await wire.answer(assembly.answer())
             except ApiError as untranslatable:
                 error = untranslatable
             else:

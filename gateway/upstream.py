@@ -66,6 +66,8 @@ class UpstreamRequest:
     capacity: CapacityAsk | None = None  # what to take from the channel's and model's shared limits
     allowed: Callable[[str], bool] = any_model  # which fallback models the key may be served
     prefix: RoutedPrefix | None = None  # the prompt's prefix chain, where the model routes by prefix affinity
+    barred: frozenset[str] = frozenset()  # channels that cannot serve this request's endpoint
+    streamable: bool = True  # false: never asked for a stream (embeddings)
 
 
 @dataclass(slots=True)
@@ -117,7 +119,8 @@ class UpstreamClient:
 
     async def call(self, request: UpstreamRequest) -> Answer:
         tried: set[str] = set()
-        barred: set[str] = set()  # channels that let a first token time out: a retry there would only pile on
+        # channels that cannot serve the endpoint, and those that let a first token time out: a retry would pile on
+        barred: set[str] = set(request.barred)
         last: AttemptFailed | None = None
         for attempt in range(self._retries.max_attempts):
             pick, hold = await self._pick(request, tried, barred)
@@ -145,7 +148,8 @@ class UpstreamClient:
             if last.kind is FailureKind.first_token and not self._router.has_other(request.model, barred,
                                                                                  request.allowed):
                 break  # every channel let this request's first token time out: no backoff to wait out
-            wait = self._backoff(attempt, last, self._router.has_other(request.model, tried, request.allowed))
+            other = self._router.has_other(request.model, tried | request.barred, request.allowed)
+            wait = self._backoff(attempt, last, other)
             if wait is None or time.monotonic() + wait >= request.deadline:
                 break
             await asyncio.sleep(wait)
@@ -256,7 +260,7 @@ class UpstreamClient:
 
 def streams_upstream(channel: ChannelState, request: UpstreamRequest) -> bool:
     """Whether an attempt asks for a stream: always for a streamed client, else when the channel can stream."""
-    return request.stream or channel.config.stream_upstream
+    return request.stream or (request.streamable and channel.config.stream_upstream)
 
 
 async def _give_up(channel: ChannelState, model: str, response: aiohttp.ClientResponse | None,

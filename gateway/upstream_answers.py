@@ -35,7 +35,8 @@ class ClientAnswer:
     usage: Usage | None  # None: nothing was served, nothing to charge
 
 
-def client_answer(answer: Answer, prompt_tokens: int) -> ClientAnswer:
+def client_answer(answer: Answer, prompt_tokens: int, generates: bool = True) -> ClientAnswer:
+    """`generates`: false for an answer that has no completion tokens to estimate (an embedding)."""
     if answer.status >= 300:
         error = upstream_refusal(answer.status, answer.body)
         return ClientAnswer(error.status, _encode(error), None)
@@ -46,7 +47,8 @@ def client_answer(answer: Answer, prompt_tokens: int) -> ClientAnswer:
     if served is None:
         error = ApiError(502, "the upstream's answer is not a JSON object", "upstream_error", "upstream_error")
         return ClientAnswer(502, _encode(error), None)
-    return ClientAnswer(answer.status, body, Usage(prompt_tokens, estimate_completion_tokens(served)))
+    completion = estimate_completion_tokens(served) if generates else 0
+    return ClientAnswer(answer.status, body, Usage(prompt_tokens, completion))
 
 
 def is_reported(usage: Usage | None) -> bool:

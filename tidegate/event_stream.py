@@ -39,9 +39,14 @@ def json_event(obj: Any) -> bytes:
     return data_event(json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode())
 
 
+def named_event(name: str, obj: Any) -> bytes:
+    """An event whose type is in its `event:` line, as Anthropic's and the Responses API's streams send them."""
+    return f"event: {name}\n".encode() + json_event(obj)
+
+
 def error_event(error: ApiError) -> bytes:
     """A failure after the first byte: an `error` event the openai SDK raises as APIError, never a clean end."""
-    return b"event: error\n" + json_event(error.body())
+    return named_event("error", error.body())
 
 
 DONE_EVENT = data_event(b"[DONE]")

@@ -89,6 +89,24 @@ SCHEMAS: dict[str, Any] = {
                                                              "properties": {"type": {"type": "string"},
                                                                             "message": {"type": "string"}}}},
     },
+    "ResponseRequest": {
+        "type": "object",
+        "required": ["model", "input"],
+        "properties": {
+            "model": {"type": "string", "minLength": 1},
+            "input": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]},
+            "instructions": {"type": "string"}, "max_output_tokens": {"type": "integer", "minimum": 1},
+            "temperature": {"type": "number", "minimum": 0, "maximum": 2}, "stream": {"type": "boolean"},
+            "store": {"type": "boolean"}, "previous_response_id": {"type": "string"},
+            "tools": {"type": "array", "items": {"type": "object"}}, "text": {"type": "object"},
+        },
+    },
+    "EmbeddingRequest": {
+        "type": "object",
+        "required": ["model", "input"],
+        "properties": {"model": {"type": "string", "minLength": 1}, "input": {"oneOf": [
+            {"type": "string"}, {"type": "array", "items": {"type": "string"}}]}},
+    },
     "Usage": {"type": "object", "properties": {
         "prompt_tokens": {"type": "integer"}, "completion_tokens": {"type": "integer"},
         "total_tokens": {"type": "integer"}}},
@@ -134,6 +152,23 @@ def _messages_path() -> dict[str, Any]:
     error = {"description": "error", "content": {JSON: {"schema": {"$ref": "#/components/schemas/MessagesError"}}}}
     path["post"]["responses"].update({str(code): error for code in (400, 401, 403, 404, 413, 429, 503, 504)})
     return path
+
+
+def gateway_api_paths() -> dict[str, Any]:
+    """The APIs only the gateway serves: Messages and Responses (translated to chat) and embeddings (relayed)."""
+    errors = (400, 401, 403, 404, 413, 429, 503, 504)
+    response_id = [{"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+    answer = {"200": {"description": "the response object, or that it was deleted",
+                      "content": {JSON: {"schema": {"type": "object"}}}}, **_errors(401, 404, 503)}
+    return {
+        "/v1/messages": _messages_path(),
+        "/v1/responses": _post("Create a response (OpenAI Responses API)", "ResponseRequest", *errors),
+        "/v1/responses/{response_id}": {
+            "get": {"summary": "A stored response of the caller's account", "parameters": response_id,
+                    "responses": answer},
+            "delete": {"summary": "Forget a stored response", "parameters": response_id, "responses": answer}},
+        "/v1/embeddings": _post("Embeddings, from channels that serve them", "EmbeddingRequest", *errors),
+    }
 
 
 def _admin(method: str, summary: str, body: dict[str, Any] | None = None, ok: str = "200",
@@ -254,11 +289,11 @@ def document(title: str, *, gateway: bool) -> dict[str, Any]:
     paths = openai_paths(auth_errors=gateway)
     schemes: dict[str, Any] = {}
     if gateway:
+        paths.update(gateway_api_paths())
         paths.update(admin_paths())
         schemes = {"api_key": {"type": "http", "scheme": "bearer", "description": "a tg-... API key"},
                    "admin": {"type": "http", "scheme": "bearer", "description": "the gateway's admin key"}}
-        paths["/v1/messages"] = _messages_path()
-        for route in ("/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/models"):
+        for route in ("/v1/chat/completions", "/v1/completions", "/v1/models", *gateway_api_paths()):
             for operation in paths[route].values():
                 operation["security"] = [{"api_key": []}]
     return {

@@ -87,6 +87,8 @@ def test_a_cloud_kind_of_channel_is_sent_no_extras_nor_health_probes_unless_told
         ("channels:\n  - {name: a, base_url: 'http://x', models: []}\n", "gateway.channels.0.models"),
         ("channels:\n  - {name: a, base_url: 'http://x', models: [m], kind: azure}\n", "needs api_version"),
         ("channels:\n  - {name: a, base_url: 'http://x', models: [m], api_version: v1}\n", "is for azure"),
+        ("channels:\n  - {name: a, base_url: 'http://x', models: [m], kind: anthropic, embeddings: true}\n",
+         "cannot serve embeddings"),
         ("channels:\n  - {name: a, base_url: 'http://x', models: [m], kind: bedrock}\n", "gateway.channels.0.kind"),
         ("workers: 2\n", "workers > 1 needs redis_url"),
         ("default_priority_class: gold\n", "gold"),

@@ -45,10 +45,11 @@ class KindUpstream:
         return f"http://127.0.0.1:{self.port}" + ("/v1" if self.kind == "anthropic" else "")
 
     async def start(self) -> KindUpstream:
-        handler = self._messages if self.kind == "anthropic" else self._azure
-        path = "/v1/messages" if self.kind == "anthropic" else "/openai/deployments/{deployment}/chat/completions"
-        self._server, self._task = await serve_in_loop(Starlette(routes=[Route(path, handler, methods=["POST"])]),
-                                                       self.port)
+        deployment = "/openai/deployments/{deployment}"
+        routes = [Route("/v1/messages", self._messages, methods=["POST"])] if self.kind == "anthropic" else [
+            Route(f"{deployment}/chat/completions", self._azure, methods=["POST"]),
+            Route(f"{deployment}/embeddings", self._embed, methods=["POST"])]
+        self._server, self._task = await serve_in_loop(Starlette(routes=routes), self.port)
         return self
 
     async def stop(self) -> None:
@@ -74,6 +75,12 @@ class KindUpstream:
         if (body.get("stream_options") or {}).get("include_usage"):
             events.append({**chunk, "choices": [], "usage": usage})
         return _sse([(None, e) for e in events] + [(None, "[DONE]")])
+
+    async def _embed(self, request: Request) -> Response:
+        await self._record(request)
+        return JSONResponse({"object": "list", "model": "text-embedding-3-small",
+                             "data": [{"object": "embedding", "index": 0, "embedding": [0.5, -0.25]}],
+                             "usage": {"prompt_tokens": USAGE_IN, "total_tokens": USAGE_IN}})
 
     async def _messages(self, request: Request) -> Response:
         body = await self._record(request)

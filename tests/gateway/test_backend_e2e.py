@@ -173,3 +173,83 @@ async def test_a_first_token_timeout_aborts_the_backends_generation_and_is_not_r
     assert await backend("tidegate_backend_num_requests_running") == 0
     for reason in ("length", "stop"):  # no second attempt ran there
         assert await backend(finished, finished_reason=reason) == before[reason]
+
+
+# the Responses API: translated to chat completions at the gateway, served by the real backend
+
+WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 16}},
+                          "required": ["city"], "additionalProperties": False}}
+
+
+async def test_a_response_is_stored_continued_and_read_back_only_by_its_account(
+        backend_gateway: GatewayHarness) -> None:
+    gateway = backend_gateway
+    key_id, secret = await gateway.key()
+    client = gateway.client(secret, timeout=120)
+    first = await client.responses.create(model="smollm2", instructions="Answer in one short sentence.",
+                                          input="What colour is the sky?", max_output_tokens=8, temperature=0)
+    assert first.object == "response" and first.id.startswith("resp_")
+    assert first.status in ("completed", "incomplete") and first.output_text
+    assert first.output[0].type == "message" and first.output[0].role == "assistant"
+    assert first.usage is not None and first.usage.input_tokens > 0
+    assert first.usage.total_tokens == first.usage.input_tokens + first.usage.output_tokens
+    assert (await client.responses.retrieve(first.id)).output_text == first.output_text
+
+    follow = await client.responses.create(model="smollm2", previous_response_id=first.id, input="And at night?",
+                                           max_output_tokens=4, temperature=0)
+    assert follow.previous_response_id == first.id and follow.output_text and follow.usage is not None
+    # the earlier turn (its question and answer) was sent again; its instructions were not
+    assert follow.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens - 16
+
+    other = gateway.client((await gateway.key())[1])
+    with pytest.raises(openai.NotFoundError):
+        await other.responses.retrieve(first.id)
+    with pytest.raises(openai.NotFoundError):
+        await other.responses.create(model="smollm2", previous_response_id=first.id, input="Hi", max_output_tokens=2)
+
+    usage = await gateway.usage(key_id=key_id)
+    assert usage["requests"] == 2
+    assert usage["prompt_tokens"] == first.usage.input_tokens + follow.usage.input_tokens
+    assert usage["completion_tokens"] == first.usage.output_tokens + follow.usage.output_tokens
+
+
+async def test_a_streamed_response_sends_openais_events_in_order(backend_gateway: GatewayHarness) -> None:
+    client = backend_gateway.client((await backend_gateway.key())[1], timeout=120)
+    stream = await client.responses.create(model="smollm2", input="Count: one, two,", max_output_tokens=6,
+                                           temperature=0, stream=True)
+    events = [event async for event in stream]
+    kinds = [e.type for e in events]
+    assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added",
+                         "response.content_part.added"]
+    assert kinds[-4:-1] == ["response.output_text.done", "response.content_part.done", "response.output_item.done"]
+    assert kinds[-1] in ("response.completed", "response.incomplete")
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    done = next(e for e in events if e.type == "response.output_text.done")
+    final = events[-1].response  # type: ignore[union-attr]
+    assert deltas and done.text == deltas and final.output_text == deltas
+    assert final.usage is not None and final.usage.output_tokens > 0
+    assert (await client.responses.retrieve(final.id)).output_text == deltas  # streamed responses are kept too
+
+
+async def test_a_function_call_turn_and_its_output_continue_the_conversation(
+        backend_url: str, gateway_for: Callable[..., Awaitable[GatewayHarness]]) -> None:
+    # a tool call reaches the gateway whole, once its block is closed: slow shared cores get time for it
+    gateway = await gateway_for([], channels=[{"name": "backend", "base_url": backend_url, "models": ["smollm2"],
+                                               "timeouts": {"first_token": 90.0, "total": 120.0}}])
+    client = gateway.client((await gateway.key())[1], timeout=120)
+    call_turn = await client.responses.create(model="smollm2", input="What is the weather in Paris?",
+                                              tools=[WEATHER], tool_choice="required",  # type: ignore[list-item]
+                                              parallel_tool_calls=False, max_output_tokens=40, temperature=0)
+    calls = [item for item in call_turn.output if item.type == "function_call"]
+    assert calls and calls[0].name == "get_weather" and calls[0].call_id
+    assert isinstance(json.loads(calls[0].arguments)["city"], str)
+
+    answer = await client.responses.create(model="smollm2", previous_response_id=call_turn.id,
+                                           tools=[WEATHER],  # type: ignore[list-item]
+                                           input=[{"type": "function_call_output", "call_id": calls[0].call_id,
+                                                   "output": "sunny, 24 degrees"}], max_output_tokens=3,
+                                           temperature=0)
+    assert answer.output_text and answer.usage is not None and call_turn.usage is not None
+    assert answer.usage.input_tokens > call_turn.usage.input_tokens

@@ -38,23 +38,29 @@ async def gateway_over(gateway_for: StartGateway, upstream: KindUpstream, **fiel
     return await gateway_for([], channels=[channel])
 
 
-async def test_an_azure_channel_gets_its_deployment_path_api_version_and_api_key(
+async def test_an_azure_channel_gets_its_deployment_paths_api_version_and_api_key(
         kind_upstream: Callable[[str], Awaitable[KindUpstream]], gateway_for: StartGateway) -> None:
     upstream = await kind_upstream("azure")
-    gateway = await gateway_over(gateway_for, upstream, api_version="2024-10-21")
+    gateway = await gateway_over(gateway_for, upstream, api_version="2024-10-21", embeddings=True)
     key_id, secret = await gateway.key()
     client = gateway.client(secret)
     whole = await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=5)
     stream = await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=5, stream=True)
     streamed = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
     assert whole.choices[0].message.content == streamed == "".join(WORDS) and whole.model == "smollm2"
-    for seen in upstream.received:
+    for seen in upstream.received:  # the two chat requests
         assert seen.path == "/openai/deployments/prod-deployment/chat/completions"
         assert seen.query == {"api-version": "2024-10-21"}
         assert seen.headers["api-key"] == UPSTREAM_KEY and "authorization" not in seen.headers
         assert seen.body["messages"] == MESSAGES and "priority" not in seen.body and "cache_salt" not in seen.body
+    embedded = await client.embeddings.create(model="smollm2", input="Hi", encoding_format="float")
+    assert embedded.data[0].embedding == [0.5, -0.25] and embedded.model == "smollm2"
+    seen = upstream.received[-1]
+    assert seen.path == "/openai/deployments/prod-deployment/embeddings" and seen.query == {"api-version": "2024-10-21"}
+    assert seen.headers["api-key"] == UPSTREAM_KEY and "authorization" not in seen.headers
+    assert seen.body == {"model": "prod-deployment", "input": "Hi", "encoding_format": "float"}
     usage = await gateway.usage(key_id=key_id)
-    assert (usage["prompt_tokens"], usage["completion_tokens"]) == (2 * USAGE_IN, 2 * USAGE_OUT)
+    assert (usage["prompt_tokens"], usage["completion_tokens"]) == (3 * USAGE_IN, 2 * USAGE_OUT)
     added = await gateway.admin.post("/admin/channels", json={
         "name": "azure-2", "base_url": upstream.base_url, "kind": "azure", "models": ["smollm2"]})
     assert added.status_code == 400 and "api_version" in added.json()["error"]["message"]

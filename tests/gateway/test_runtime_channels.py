@@ -133,8 +133,9 @@ async def test_the_admin_cli_adds_updates_groups_and_removes_channels(
         return dict(json.loads(done.stdout))
 
     added = await cli("channels", "add", "cli-1", "--base-url", upstream.base_url, "--models", "tiny=upstream-tiny",
-                      "--api-key-file", str(key_file), "--no-stream-upstream")
+                      "--api-key-file", str(key_file), "--no-stream-upstream", "--embeddings")
     assert added["api_key_set"] is True and added["settings"]["stream_upstream"] is False  # type: ignore[index]
+    assert added["settings"]["embeddings"] is True  # type: ignore[index]
     group = await cli("model-groups", "set", "assistant", "--target", "cli-1=upstream-tiny", "--fallback", "smollm2")
     assert group["fallbacks"] == ["smollm2"]
     updated = await cli("channels", "update", "cli-1", "--weight", "3", "--kind", "azure", "--api-version", "2024-10-21")

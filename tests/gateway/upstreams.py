@@ -67,6 +67,7 @@ class MockUpstream:
         app = Starlette(routes=[
             Route("/v1/chat/completions", self._complete, methods=["POST"]),
             Route("/v1/completions", self._complete, methods=["POST"]),
+            Route("/v1/embeddings", self._embed, methods=["POST"]),
             Route("/health", self._health),
             Route("/metrics", self._metrics),
         ])
@@ -85,6 +86,18 @@ class MockUpstream:
         return Response(f'tidegate_backend_prompt_tokens_total{{model_name="m"}} {self.prompt_served}\n'
                         f'tidegate_backend_generation_tokens_total{{model_name="m"}} {self.generated}\n',
                         media_type="text/plain")
+
+    async def _embed(self, request: Request) -> Response:
+        """Embeddings of 3 dimensions; its usage counts one token per character, unlike the gateway's estimate."""
+        self.attempts += 1
+        body = await request.json()
+        self.seen_bodies.append(body)
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        data = [{"object": "embedding", "index": i, "embedding": [0.5, -0.25, float(i)]} for i in range(len(inputs))]
+        tokens = sum(len(str(text)) for text in inputs)
+        self.completed += 1
+        return JSONResponse({"object": "list", "data": data, "model": body["model"],
+                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
     async def _complete(self, request: Request) -> Response:
         self.attempts += 1
