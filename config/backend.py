@@ -35,6 +35,13 @@ class EngineSettings(BaseModel):
         default=262144, ge=1, description="bound of the waiting queue in prompt tokens")
     queue_timeout: float = Field(default=30.0, gt=0, description="seconds a request may wait to start")
     threads: int | None = Field(default=None, ge=1, description="torch CPU threads")
+    speculative: Literal["none", "ngram", "draft"] = Field(
+        default="none", description="speculative decoding: none, ngram (prompt lookup), or draft (a smaller "
+        "model, --speculative-model)")
+    speculative_model: str | None = Field(
+        default=None, description="the draft model for --speculative draft (same tokenizer, smaller)")
+    num_speculative_tokens: int = Field(
+        default=4, ge=1, le=16, description="most draft tokens verified per sequence and step")
 
 
 class BackendSettings(EngineSettings):

@@ -101,6 +101,15 @@ class BlockPool:
         for _ in range(self.blocks_for(num_tokens) - len(seq.block_table)):
             seq.block_table.append(self._take())
 
+    def shrink(self, seq: Sequence, num_tokens: int) -> None:
+        """Return the tail blocks beyond what num_tokens need (blocks that held only rejected drafts)."""
+        while len(seq.block_table) > max(1, self.blocks_for(num_tokens)):
+            block = self.blocks[seq.block_table.pop()]
+            assert block.ref_count == 1 and block.hash is None, f"{block} is shared or cached"
+            block.ref_count = 0
+            self._free[block.block_id] = None
+            self._free.move_to_end(block.block_id, last=False)
+
     def fork(self, parent: Sequence, child: Sequence, num_blocks: int) -> None:
         """Let `child` share the parent's first `num_blocks` (full, computed) blocks; it writes only blocks of
         its own after them, so a shared block is never written twice."""

@@ -14,6 +14,7 @@ from backend.engine.sampling_params import SamplingParams
 if TYPE_CHECKING:
     import torch
 
+    from backend.engine.speculation import DraftState
     from backend.engine.structured_output import GrammarState
     from backend.executor.penalties import PenaltyState
 
@@ -56,6 +57,8 @@ class Sequence:
         "block_table",
         "cache_salt",
         "constraint",
+        "draft_state",
+        "draft_token_ids",
         "finish_reason",
         "forks",
         "generator",
@@ -107,6 +110,8 @@ class Sequence:
         self.output: Any = None  # the engine's text/stop state for this request
         self.sink: Callable[[Any], None] | None = None  # where the engine delivers deltas
         self.forks: list[Sequence] = []  # the request's other choices, forked from this one after its prefill
+        self.draft_token_ids: list[int] = []  # speculative tokens the next step verifies after its last token
+        self.draft_state: DraftState | None = None  # how its drafts have done (speculative decoding)
 
     @property
     def sort_key(self) -> tuple[int, int]:
