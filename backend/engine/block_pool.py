@@ -93,8 +93,9 @@ class BlockPool:
         self.prefix_hits += seq.num_computed_tokens
         return True
 
-    def can_grow(self, seq: Sequence, num_tokens: int) -> bool:
-        return self.blocks_for(num_tokens) - len(seq.block_table) <= self.num_free
+    def can_grow(self, seq: Sequence, num_tokens: int, reserve: int = 0) -> bool:
+        """Whether the sequence can hold num_tokens and `reserve` blocks stay free."""
+        return self.blocks_for(num_tokens) - len(seq.block_table) + reserve <= self.num_free
 
     def grow(self, seq: Sequence, num_tokens: int) -> None:
         """Add blocks so the sequence can hold num_tokens; the caller checked can_grow."""

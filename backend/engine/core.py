@@ -74,7 +74,7 @@ class Engine:
             )
         )
         self.sampler = DraftVerifier(self.tokenizer.eos_token_ids)
-        self.speculator = Speculator(config.speculative, config.num_speculative_tokens, self.pool)
+        self.speculator = Speculator.build(config, self.pool, loaded.config, dtype)
         self.grammars = GrammarCompiler(self.tokenizer)
         self._eos = frozenset(self.tokenizer.eos_token_ids)
         self._lock = threading.Condition()  # guards the scheduler, the pool, _seqs and _outputs
@@ -217,7 +217,9 @@ class Engine:
                 self._seqs.pop(seq.request_id, None)
                 if seq.sink is not None:
                     seq.sink(QueueTimeout("request could not start within the queue timeout", self.scheduler.retry_after()))
-            self.speculator.propose(self.scheduler.running)
+            drafting = self.speculator.propose(self.scheduler.running)
+        self.speculator.run_draft_model(drafting)
+        with self._lock:
             batch = self.scheduler.schedule()
         if not batch:
             return False

@@ -111,7 +111,8 @@ class Scheduler:
         fit the budget and the free blocks (drafts never preempt anyone)."""
         pending = seq.num_tokens - seq.num_computed_tokens
         draft = seq.draft_token_ids
-        if draft and not self.pool.can_grow(seq, seq.num_tokens + len(draft)):
+        # a free block per running sequence stays, so that no decode after this one has to preempt
+        if draft and not self.pool.can_grow(seq, seq.num_tokens + len(draft), reserve=len(self.running)):
             draft.clear()
         num_new = min(pending + len(draft), budget)
         del draft[max(0, num_new - pending) :]

@@ -48,7 +48,23 @@ class RequestTimings:
 _arrivals = itertools.count()
 
 
-class Sequence:
+class TokenCounts:
+    """The counts derived from a token list that begins with the prompt."""
+
+    __slots__ = ()
+    token_ids: list[int]
+    num_prompt_tokens: int
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+
+class Sequence(TokenCounts):
     """A request as the scheduler sees it: prompt plus generated tokens and the blocks that hold their KV."""
 
     __slots__ = (
@@ -117,14 +133,6 @@ class Sequence:
     def sort_key(self) -> tuple[int, int]:
         """Admission and preemption order: lower priority value first, then older first."""
         return (self.priority, self.arrival)
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.token_ids)
-
-    @property
-    def num_completion_tokens(self) -> int:
-        return len(self.token_ids) - self.num_prompt_tokens
 
     @property
     def is_finished(self) -> bool:

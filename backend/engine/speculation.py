@@ -3,7 +3,7 @@ the verification did to their KV and counters.
 
 Drafts come from prompt lookup (n-gram): the last n tokens of a sequence (n from 3 down to 1) are searched
 for in its prompt and output so far, and the tokens that followed the most recent earlier match are
-proposed. The runner computes a drafted sequence's last token and its k drafts in one chunk of 1 + k query
+proposed; or from a smaller draft model (`backend.engine.draft_model`). The runner computes a drafted sequence's last token and its k drafts in one chunk of 1 + k query
 tokens; `backend.executor.verification` keeps the accepted prefix plus one token. Each sequence adapts its
 draft length to an average of its acceptance rate and pauses when drafts do not pay; when more than
 `MAX_SPECULATING_SEQS` sequences decode at once the step is compute-bound and nobody drafts.
@@ -11,11 +11,16 @@ draft length to an average of its acceptance rate and pauses when drafts do not 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
 
 from backend.engine.block_pool import BlockPool
+from backend.engine.draft_model import DraftKV, DraftModel, DraftView
 from backend.engine.sequence import Sequence, SequenceStatus
+from backend.executor.model_config import ModelConfig
+from config.backend import EngineSettings
 
 NGRAM_MAX, NGRAM_MIN = 3, 1
 # Beyond this many decoding sequences a CPU step is compute-bound: extra query tokens cost their full price.
@@ -47,6 +52,7 @@ class DraftState:
     acceptance: float = 1.0  # exponentially weighted acceptance rate of its drafted tokens
     paused_steps: int = 0  # decode steps left without drafts
     pauses: int = 0  # how often it was paused; each pause is twice as long as the one before
+    draft_kv: DraftKV = field(default_factory=DraftKV)  # draft-model mode: its own KV's extent
 
 
 @dataclass(slots=True)
@@ -71,23 +77,37 @@ def speculates(seq: Sequence) -> bool:
 class Speculator:
     """Proposes drafts before a step is scheduled and settles their KV after it ran."""
 
-    def __init__(self, mode: str, num_speculative_tokens: int, pool: BlockPool) -> None:
-        if mode not in ("none", "ngram"):
-            raise ValueError(f"speculative mode {mode!r} is not available; use none or ngram")
-        self.enabled = mode == "ngram"
+    def __init__(self, mode: str, num_speculative_tokens: int, pool: BlockPool,
+                 draft_model: DraftModel | None = None) -> None:
+        if mode == "draft" and draft_model is None:
+            raise ValueError("speculative mode 'draft' needs a draft model")
+        self.enabled = mode != "none"
         self.max_k = num_speculative_tokens
         self.pool = pool
+        self.draft_model = draft_model
         self.stats = SpeculationStats()
 
-    def propose(self, running: Iterable[Sequence]) -> None:
-        """Set each running sequence's draft tokens for the next step (most get none)."""
+    @classmethod
+    def build(cls, settings: EngineSettings, pool: BlockPool, target: ModelConfig, dtype: torch.dtype
+              ) -> Speculator:
+        """The engine's speculator; in draft mode it loads the draft model, its KV cache as large as the pool."""
+        draft = None
+        if settings.speculative == "draft" and settings.speculative_model:
+            draft = DraftModel.load(Path(settings.speculative_model), target, pool.num_blocks, pool.block_size,
+                                    device=settings.device, dtype=dtype)
+        return cls(settings.speculative, settings.num_speculative_tokens, pool, draft)
+
+    def propose(self, running: list[Sequence]) -> list[DraftView]:
+        """Set each running sequence's draft tokens for the next step (most get none). With a draft model,
+        return the sequences to draft for with `run_draft_model` instead, their blocks already grown."""
         decoding = []
         for seq in running:
             seq.draft_token_ids = []
             if seq.num_tokens - seq.num_computed_tokens == 1:
                 decoding.append(seq)
+        wanted: list[DraftView] = []
         if not self.enabled or len(decoding) > MAX_SPECULATING_SEQS:
-            return
+            return wanted
         for seq in decoding:
             if not speculates(seq):
                 continue
@@ -97,8 +117,20 @@ class Speculator:
                 continue
             # the verification adds one token of its own, and no step may pass max_tokens
             k = min(state.k, seq.params.max_tokens - seq.num_completion_tokens - 1)
-            if k > 0:
+            if k <= 0:
+                continue
+            if self.draft_model is None:
                 seq.draft_token_ids = propose_ngram(seq.token_ids, k)
+            elif self.pool.can_grow(seq, seq.num_tokens + k, reserve=len(running)):
+                self.pool.grow(seq, seq.num_tokens + k)  # the draft's KV goes where the target's will
+                wanted.append(DraftView.of(seq, k))
+        return wanted
+
+    def run_draft_model(self, wanted: list[DraftView]) -> None:
+        """Draft for the sequences `propose` chose, outside the engine lock: the views hold copies of what
+        the draft model reads, so an abort meanwhile changes nothing it uses."""
+        if wanted and self.draft_model is not None:
+            self.draft_model.propose(wanted)
 
     def exclude_drafts(self, seqs: list[Sequence], num_new_tokens: list[int]) -> None:
         """Count only the last real token of a drafted sequence as computed when the step advances; its

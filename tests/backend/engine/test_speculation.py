@@ -68,6 +68,20 @@ def test_stop_strings_and_max_tokens_cut_a_verified_run_where_plain_decoding_wou
         assert engine.stats().kv_blocks_free == engine.stats().kv_blocks_total
 
 
+def test_a_draft_model_proposes_greedy_tokens_that_verify_to_the_same_output(
+    make_engine: Any, loaded_model: Any, model_path: Path
+) -> None:
+    prompts = [loaded_model.tokenizer.encode(p) for p in ("The capital of France is", "Once upon a time,")]
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    plain = _run(make_engine(), prompts, params)
+    # the served model as its own draft: every draft is right, so each step emits K + 1 tokens
+    engine = make_engine(speculative="draft", speculative_model=str(model_path), num_speculative_tokens=3)
+    assert _run(engine, prompts, params) == plain
+    stats = engine.stats()
+    assert stats.spec_accepted_tokens == stats.spec_draft_tokens > 0 and stats.steps <= 4
+    assert stats.kv_blocks_free == stats.kv_blocks_total
+
+
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A tiny random model with a sharpened head, so that prompt-lookup drafts are accepted now and then."""
