@@ -100,13 +100,15 @@ class Speculator:
     def propose(self, running: list[Sequence]) -> list[DraftView]:
         """Set each running sequence's draft tokens for the next step (most get none). With a draft model,
         return the sequences to draft for with `run_draft_model` instead, their blocks already grown."""
+        wanted: list[DraftView] = []
+        if not self.enabled:
+            return wanted
         decoding = []
         for seq in running:
             seq.draft_token_ids = []
             if seq.num_tokens - seq.num_computed_tokens == 1:
                 decoding.append(seq)
-        wanted: list[DraftView] = []
-        if not self.enabled or len(decoding) > MAX_SPECULATING_SEQS:
+        if len(decoding) > MAX_SPECULATING_SEQS:
             return wanted
         for seq in decoding:
             if not speculates(seq):
