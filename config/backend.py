@@ -36,7 +36,7 @@ class EngineSettings(BaseModel):
     queue_timeout: float = Field(default=30.0, gt=0, description="seconds a request may wait to start")
     threads: int | None = Field(default=None, ge=1, description="torch CPU threads")
     speculative: Literal["none", "ngram", "draft"] = Field(
-        default="none", description="speculative decoding: none, ngram (prompt lookup), or draft (a smaller "
+        default="ngram", description="speculative decoding: none, ngram (prompt lookup), or draft (a smaller "
         "model, --speculative-model)")
     speculative_model: str | None = Field(
         default=None, description="the draft model for --speculative draft (same tokenizer, smaller)")

@@ -43,7 +43,7 @@ def test_greedy_tokens_are_identical_with_prompt_lookup_and_every_block_returns(
     prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": c}])) for c in chat]
     prompts.append(tok.encode("1, 2, 3, 4, 5, 6,"))
     params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
-    plain = _run(make_engine(), prompts, params)
+    plain = _run(make_engine(speculative="none"), prompts, params)
     engine = make_engine(speculative="ngram")
     assert _run(engine, prompts, params) == plain
     stats = engine.stats()
@@ -59,7 +59,7 @@ def test_stop_strings_and_max_tokens_cut_a_verified_run_where_plain_decoding_wou
     prompt = loaded_model.tokenizer.encode("1, 2, 3, 4, 5, 6,")
     for params in (SamplingParams(max_tokens=9, temperature=0.0, ignore_eos=True),
                    SamplingParams(max_tokens=24, temperature=0.0, stop=[" 11,"])):
-        [plain] = make_engine().generate_offline([prompt], params)
+        [plain] = make_engine(speculative="none").generate_offline([prompt], params)
         engine = make_engine(speculative="ngram")
         [drafted] = engine.generate_offline([prompt], params)
         assert (drafted.text, drafted.token_ids, drafted.finish_reason) == (
@@ -73,7 +73,7 @@ def test_a_draft_model_proposes_greedy_tokens_that_verify_to_the_same_output(
 ) -> None:
     prompts = [loaded_model.tokenizer.encode(p) for p in ("The capital of France is", "Once upon a time,")]
     params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
-    plain = _run(make_engine(), prompts, params)
+    plain = _run(make_engine(speculative="none"), prompts, params)
     # the served model as its own draft: every draft is right, so each step emits K + 1 tokens
     engine = make_engine(speculative="draft", speculative_model=str(model_path), num_speculative_tokens=3)
     assert _run(engine, prompts, params) == plain
