@@ -70,6 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="tokens of a shared system prompt at the head of every turn of a conversation")
     work.add_argument("--multi-turn", type=int, default=1, metavar="TURNS", help="turns per conversation")
     work.add_argument("--dataset", type=Path, help="JSONL of {prompt|messages, output_len?}")
+    work.add_argument("--workload", choices=["random", "grounded"], default="random",
+                      help="random words, or grounded: edit or summarise a passage of a shipped text")
     work.add_argument("--tokenizer", type=Path, help="tokenizer.json, HF folder or .gguf (default SmolLM2)")
 
     out = parser.add_argument_group("results")
@@ -145,7 +147,8 @@ def _run(args: argparse.Namespace, slo: Slo | None) -> list[dict[str, Any]]:
         raise UsageError("--png and --plan need a sweep: give --sweep, or --from-json with a saved one")
     target = Target(args.base_url, args.model, args.api_key, args.endpoint, args.timeout, args.ignore_eos)
     spec = WorkloadSpec(args.input_len, args.output_len, args.range_ratio, args.shared_prefix_len,
-                        args.num_prefixes, args.multi_turn, args.dataset, args.system_prompt_len)
+                        args.num_prefixes, args.multi_turn, args.dataset, args.system_prompt_len,
+                        args.workload == "grounded")
     num_requests = args.num_requests if args.num_requests is not None or args.duration is not None else 100
     levels: list[int | None] = list(args.sweep) if args.sweep else [
         None if args.rate is not None else (1 if args.concurrency is None else args.concurrency)]

@@ -1,5 +1,6 @@
 """What the load generator sends: synthetic prompts of exact token lengths, shared prefixes, multi-turn
-conversations, or prompts read from a JSONL file.
+conversations, input-grounded tasks (edit or summarise a passage of a shipped public-domain text), or
+prompts read from a JSONL file.
 
 Every workload yields conversations; a single-turn request is a conversation of one turn, so the load
 generator has one unit of work.
@@ -17,6 +18,14 @@ from typing import Any, cast
 from bench.tokenizer import PromptTokenizer
 
 Message = dict[str, str]
+GROUNDED_TEXT = Path(__file__).parent / "data" / "alice_chapter1.txt"  # Lewis Carroll, 1865: public domain
+_ENDS = (".", "!", "?", '."', '!"', '?"')
+GROUNDED_TASKS = (
+    "Copy the following text exactly, word for word:",
+    "Rewrite the following text with each sentence on a line of its own, changing no words:",
+    "Correct any spelling or punctuation mistakes in the following text and return the whole text:",
+    "Summarise the following text, quoting its most important sentences:",
+)
 
 
 class WorkloadError(ValueError):
@@ -48,6 +57,7 @@ class WorkloadSpec:
     turns: int = 1
     dataset: Path | None = None
     system_prompt_len: int = 0  # tokens of a system prompt (one of num_prefixes) at the head of each conversation
+    grounded: bool = False  # edit or summarise a passage of GROUNDED_TEXT instead of random words
 
     def __post_init__(self) -> None:
         if self.input_len < 1 or self.output_len < 1:
@@ -62,6 +72,10 @@ class WorkloadSpec:
             raise WorkloadError("--system-prompt-len must be >= 0")
         if self.turns < 1:
             raise WorkloadError("--multi-turn must be at least 1")
+        if self.grounded and (self.dataset is not None or self.shared_prefix_len or self.system_prompt_len
+                              or self.turns > 1):
+            raise WorkloadError(
+                "--workload grounded takes none of --dataset, --shared-prefix-len, --system-prompt-len, --multi-turn")
 
 
 class Workload:
@@ -74,6 +88,7 @@ class Workload:
         self.tokenizer = tokenizer
         self.rng = Random(seed)
         self._dataset = read_dataset(spec.dataset, spec.output_len) if spec.dataset else None
+        self._grounded_words = GROUNDED_TEXT.read_text(encoding="utf-8").split() if spec.grounded else []
         self._prefixes = [self._text(spec.shared_prefix_len) for _ in range(spec.num_prefixes)] \
             if spec.shared_prefix_len else []
         self._systems = [self._text(spec.system_prompt_len) for _ in range(spec.num_prefixes)] \
@@ -98,11 +113,28 @@ class Workload:
         # joining word tokens keeps the count additive; dataset prompts are counted instead
         return RequestSpec(prompt, n_in, self._length(self.spec.output_len))
 
+    def _grounded(self) -> RequestSpec:
+        """A task over a passage that starts at a random sentence, about the input length in tokens."""
+        assert self.tokenizer is not None
+        task = self.rng.choice(GROUNDED_TASKS)
+        words = self._grounded_words
+        start = self.rng.choice([0, *(i for i in range(1, len(words)) if words[i - 1].rstrip().endswith(_ENDS))])
+        want = self._length(self.spec.input_len) - self.tokenizer.count(task + "\n\n")
+        # a word is at least one token: take `want` words, then cut by the measured tokens per word
+        passage = (words[start:] + words)[: max(1, want)]  # past the chapter's end, from its start again
+        per_word = self.tokenizer.count(" ".join(passage)) / len(passage)
+        passage = passage[: max(1, int(want / per_word))]
+        prompt = f"{task}\n\n{' '.join(passage)}"
+        return RequestSpec(prompt, self.tokenizer.count(prompt), self._length(self.spec.output_len))
+
     def conversations(self) -> Iterator[Conversation]:
         if self._dataset is not None:
             while True:  # cycles the file, so a duration-bounded run never runs dry
                 for spec in self._dataset:
                     yield [self._counted(spec)]
+        if self.spec.grounded:
+            while True:
+                yield [self._grounded()]
         while True:
             turns = [self._synthetic() for _ in range(self.spec.turns)]
             if self._systems:

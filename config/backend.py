@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ByteSize, ConfigDict, Field
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, model_validator
 
 from config.gateway import Tracing
 
@@ -35,6 +35,19 @@ class EngineSettings(BaseModel):
         default=262144, ge=1, description="bound of the waiting queue in prompt tokens")
     queue_timeout: float = Field(default=30.0, gt=0, description="seconds a request may wait to start")
     threads: int | None = Field(default=None, ge=1, description="torch CPU threads")
+    speculative: Literal["none", "ngram", "draft"] = Field(
+        default="ngram", description="speculative decoding: none, ngram (prompt lookup), or draft (a smaller "
+        "model, --speculative-model)")
+    speculative_model: str | None = Field(
+        default=None, description="the draft model for --speculative draft (same tokenizer, smaller)")
+    num_speculative_tokens: int = Field(
+        default=4, ge=1, le=16, description="most draft tokens verified per sequence and step")
+
+    @model_validator(mode="after")
+    def _draft_needs_a_model(self) -> EngineSettings:
+        if self.speculative == "draft" and not self.speculative_model:
+            raise ValueError("--speculative draft needs --speculative-model PATH (a smaller model, same tokenizer)")
+        return self
 
 
 class BackendSettings(EngineSettings):

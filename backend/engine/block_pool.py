@@ -93,13 +93,23 @@ class BlockPool:
         self.prefix_hits += seq.num_computed_tokens
         return True
 
-    def can_grow(self, seq: Sequence, num_tokens: int) -> bool:
-        return self.blocks_for(num_tokens) - len(seq.block_table) <= self.num_free
+    def can_grow(self, seq: Sequence, num_tokens: int, reserve: int = 0) -> bool:
+        """Whether the sequence can hold num_tokens and `reserve` blocks stay free."""
+        return self.blocks_for(num_tokens) - len(seq.block_table) + reserve <= self.num_free
 
     def grow(self, seq: Sequence, num_tokens: int) -> None:
         """Add blocks so the sequence can hold num_tokens; the caller checked can_grow."""
         for _ in range(self.blocks_for(num_tokens) - len(seq.block_table)):
             seq.block_table.append(self._take())
+
+    def shrink(self, seq: Sequence, num_tokens: int) -> None:
+        """Return the tail blocks beyond what num_tokens need (blocks that held only rejected drafts)."""
+        while len(seq.block_table) > max(1, self.blocks_for(num_tokens)):
+            block = self.blocks[seq.block_table.pop()]
+            assert block.ref_count == 1 and block.hash is None, f"{block} is shared or cached"
+            block.ref_count = 0
+            self._free[block.block_id] = None
+            self._free.move_to_end(block.block_id, last=False)
 
     def fork(self, parent: Sequence, child: Sequence, num_blocks: int) -> None:
         """Let `child` share the parent's first `num_blocks` (full, computed) blocks; it writes only blocks of

@@ -14,18 +14,21 @@ from typing import cast
 import torch
 
 from backend.engine.block_pool import BlockPool
-from backend.engine.choices import MAX_CHOICES, request_sequences
+from backend.engine.choices import request_sequences
 from backend.engine.engine_config import EngineConfig
 from backend.engine.errors import EngineOverloaded, InvalidGenerateRequest, QueueTimeout
 from backend.engine.host import in_passing_thread, keep_freed_memory
-from backend.engine.output import delta, finish_reason, step_text
+from backend.engine.output import delta, finish_reason, step_output
 from backend.engine.records import Completion, Delta, EngineStats, GenerateRequest
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.scheduler import Scheduler
 from backend.engine.sequence import FinishReason, Sequence, SequenceStatus
+from backend.engine.speculation import Speculator
 from backend.engine.structured_output import GrammarCompiler
+from backend.engine.validation import validate_request
 from backend.executor.runner import ModelRunner, kv_block_bytes
-from backend.executor.sampler import Sampler, TokenLogprobs
+from backend.executor.sampler import TokenLogprobs
+from backend.executor.verification import DraftVerifier
 from backend.loading.loader import LoadedModel, load_model
 
 log = logging.getLogger(__name__)
@@ -70,14 +73,15 @@ class Engine:
                 max_blocks_per_seq=-(-self.max_model_len // config.block_size),
             )
         )
-        self.sampler = Sampler(self.tokenizer.eos_token_ids)
+        self.sampler = DraftVerifier(self.tokenizer.eos_token_ids)
+        self.speculator = Speculator.build(config, self.pool, loaded.config, dtype)
         self.grammars = GrammarCompiler(self.tokenizer)
         self._eos = frozenset(self.tokenizer.eos_token_ids)
         self._lock = threading.Condition()  # guards the scheduler, the pool, _seqs and _outputs
         # Held while outputs are detokenized and delivered, outside _lock; taken before _lock, never after.
         self._output_lock = threading.Lock()
-        # tokens sampled but not yet turned into deltas
-        self._outputs: list[tuple[Sequence, int, TokenLogprobs | None]] = []
+        # tokens sampled but not yet turned into deltas: each sequence's tokens of one step together
+        self._outputs: list[tuple[Sequence, list[int], list[TokenLogprobs | None]]] = []
         self._seqs: dict[str, list[Sequence]] = {}  # each request's choices
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -187,6 +191,7 @@ class Engine:
     def stats(self) -> EngineStats:
         with self._lock:
             total, free = self.pool.num_blocks, self.pool.num_free
+            spec = self.speculator.stats
             return EngineStats(
                 num_running=len(self.scheduler.running),
                 num_waiting=len(self.scheduler.waiting),
@@ -197,6 +202,9 @@ class Engine:
                 prefix_cache_hits=self.pool.prefix_hits,
                 num_preemptions=self.scheduler.num_preemptions,
                 steps=self._steps,
+                spec_draft_tokens=spec.num_draft_tokens,
+                spec_accepted_tokens=spec.num_accepted_tokens,
+                spec_emitted_tokens=spec.num_emitted_tokens,
             )
 
     def step(self) -> bool:
@@ -209,6 +217,9 @@ class Engine:
                 self._seqs.pop(seq.request_id, None)
                 if seq.sink is not None:
                     seq.sink(QueueTimeout("request could not start within the queue timeout", self.scheduler.retry_after()))
+            drafting = self.speculator.propose(self.scheduler.running)
+        self.speculator.run_draft_model(drafting)
+        with self._lock:
             batch = self.scheduler.schedule()
         if not batch:
             return False
@@ -218,13 +229,16 @@ class Engine:
         sampling = cast("list[Sequence]", sampled)  # the runner hands back the batch's own sequences
         now = time.monotonic()
         with self._lock:
+            self.speculator.exclude_drafts(batch.seqs, batch.num_new_tokens)
             self.scheduler.advance(batch)
             for seq in sampling:  # a first choice whose prompt is now computed starts the request's others
                 if seq.forks:
                     self.scheduler.fork(seq)
-            for seq, token_id, logprobs in zip(sampling, sampled_out.token_ids, sampled_out.logprobs, strict=True):
+            for seq, token_ids, logprobs in zip(sampling, sampled_out.token_ids, sampled_out.logprobs, strict=True):
                 if seq.status is SequenceStatus.RUNNING:  # not aborted while the step ran
-                    self._append(seq, token_id, logprobs, now)
+                    self._append(seq, token_ids, logprobs, now)
+                if seq.draft_token_ids:
+                    self.speculator.settle(seq, len(token_ids))
             self._steps += 1
         self._process_outputs()
         return True
@@ -246,39 +260,25 @@ class Engine:
             self._lock.notify_all()
 
     def _validate(self, request: GenerateRequest) -> None:
-        try:
-            request.params.validate()
-        except ValueError as exc:
-            raise InvalidGenerateRequest(str(exc)) from None
-        if not 1 <= request.n <= MAX_CHOICES:
-            raise InvalidGenerateRequest(f"n must be between 1 and {MAX_CHOICES}, got {request.n}")
-        prompt = request.prompt_token_ids
-        if not prompt:
-            raise InvalidGenerateRequest("the prompt is empty")
-        vocab = self.model_config.vocab_size
-        if min(prompt) < 0 or max(prompt) >= vocab:
-            raise InvalidGenerateRequest(f"prompt token ids must be in [0, {vocab})")
-        if any(t >= vocab for t in request.params.logit_bias):
-            raise InvalidGenerateRequest(f"logit_bias token ids must be in [0, {vocab})")
-        total = len(prompt) + request.params.max_tokens
-        if total > self.max_model_len:
-            raise InvalidGenerateRequest(
-                f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
-                f"{total} tokens ({len(prompt)} in the prompt, {request.params.max_tokens} in the completion)."
-            )
+        validate_request(request, self.model_config.vocab_size, self.max_model_len)
 
-    def _append(self, seq: Sequence, token_id: int, logprobs: TokenLogprobs | None, now: float) -> None:
-        seq.token_ids.append(token_id)
+    def _append(self, seq: Sequence, token_ids: list[int], logprobs: list[TokenLogprobs | None],
+                now: float) -> None:
+        """Append a step's tokens to a sequence, up to the first one that ends it."""
         if seq.timings.first_token is None:
             seq.timings.first_token = now
-        seq.timings.token_times.append(now)
-        reason = finish_reason(seq, token_id, self._eos)
-        constraint = seq.constraint
-        if constraint is not None and (not constraint.accept(token_id) or constraint.is_terminated):
-            reason = FinishReason.STOP  # the grammar is complete (a refused token cannot pass the mask)
-        if reason is not None:
-            self._finish_locked(seq, reason)
-        self._outputs.append((seq, token_id, logprobs))
+        for count, token_id in enumerate(token_ids, 1):
+            seq.token_ids.append(token_id)
+            seq.timings.token_times.append(now)
+            reason = finish_reason(seq, token_id, self._eos)
+            constraint = seq.constraint
+            if constraint is not None and (not constraint.accept(token_id) or constraint.is_terminated):
+                reason = FinishReason.STOP  # the grammar is complete (a refused token cannot pass the mask)
+            if reason is not None:
+                self._finish_locked(seq, reason)
+                token_ids, logprobs = token_ids[:count], logprobs[:count]
+                break
+        self._outputs.append((seq, token_ids, logprobs))
 
     def _process_outputs(self, then: Callable[[], None] | None = None) -> None:
         """Turn the sampled tokens into deltas outside the engine lock; once none are left, run `then` under
@@ -291,14 +291,14 @@ class Engine:
                         if then is not None:
                             then()
                         return
-                for seq, token_id, logprobs in outputs:
-                    # a stop token is no part of the output, so it has no logprobs entry either
-                    shown = [] if logprobs is None or seq.finish_reason is FinishReason.STOP else [logprobs]
-                    text, stopped = step_text(seq, token_id)
-                    if stopped:
+                for seq, token_ids, logprobs in outputs:
+                    text, kept, shown = step_output(seq, token_ids, logprobs)
+                    if kept is not None:  # a stop string ended the output at token number `kept`
                         with self._lock:
                             self._finish_locked(seq, FinishReason.STOP)
-                    self._deliver(seq, text, [token_id], shown)
+                            del seq.token_ids[seq.num_tokens - len(token_ids) + kept :]
+                        token_ids = token_ids[:kept]
+                    self._deliver(seq, text, token_ids, shown)
 
     def _finish_locked(self, seq: Sequence, reason: FinishReason) -> None:
         if seq.is_finished:  # the token that reached max_tokens completed a stop string: "stop" wins

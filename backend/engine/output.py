@@ -61,15 +61,37 @@ def finish_reason(seq: Sequence, token_id: int, eos_token_ids: frozenset[int]) -
     return None
 
 
-def step_text(seq: Sequence, token_id: int) -> tuple[str, bool]:
-    """The text made final by the token just appended, and whether a stop string ended the output there."""
+def step_text(seq: Sequence, token_id: int, ahead: int = 0) -> tuple[str, bool]:
+    """The text made final by an appended token (followed by `ahead` more of the same step), and whether a
+    stop string ended the output there."""
     output: TextOutput = seq.output
-    if seq.finish_reason is FinishReason.STOP:  # a stop token: its text is not part of the output
+    reason = seq.finish_reason if ahead == 0 else None  # only the step's last token can have ended it
+    if reason is FinishReason.STOP:  # a stop token: its text is not part of the output
         return output.flush(), False
-    text, stopped = output.push(token_id, seq.num_completion_tokens >= seq.params.min_tokens)
-    if not stopped and seq.finish_reason is FinishReason.LENGTH:
+    text, stopped = output.push(token_id, seq.num_completion_tokens - ahead >= seq.params.min_tokens)
+    if not stopped and reason is FinishReason.LENGTH:
         text += output.flush()
     return text, stopped
+
+
+def step_output(seq: Sequence, token_ids: list[int], logprobs: list[TokenLogprobs | None]
+                ) -> tuple[str, int | None, list[TokenLogprobs]]:
+    """The text of one step's tokens of a sequence, how many of them a stop string kept (None when no stop
+    string matched), and the logprobs to show."""
+    text = ""
+    for count, token_id in enumerate(token_ids, 1):
+        piece, stopped = step_text(seq, token_id, len(token_ids) - count)
+        text += piece
+        if stopped:
+            return text, count, _shown(seq, logprobs[:count])
+    return text, None, _shown(seq, logprobs)
+
+
+def _shown(seq: Sequence, logprobs: list[TokenLogprobs | None]) -> list[TokenLogprobs]:
+    shown = [lp for lp in logprobs if lp is not None]
+    if seq.finish_reason is FinishReason.STOP and len(shown) == len(logprobs):
+        shown = shown[:-1]  # a stop token is no part of the output, so it has no logprobs entry either
+    return shown
 
 
 def delta(seq: Sequence, text: str, token_ids: list[int], logprobs: list[TokenLogprobs]) -> Delta:

@@ -72,7 +72,8 @@ class Completion:
 
 @dataclass(slots=True)
 class EngineStats:
-    """A snapshot for /metrics and /health: load, KV usage, prefix-cache effect (in tokens), preemptions."""
+    """A snapshot for /metrics and /health: load, KV usage, prefix-cache effect (in tokens), preemptions,
+    speculative decoding."""
 
     num_running: int
     num_waiting: int
@@ -83,3 +84,6 @@ class EngineStats:
     prefix_cache_hits: int
     num_preemptions: int
     steps: int
+    spec_draft_tokens: int = 0  # speculative decoding: draft tokens verified,
+    spec_accepted_tokens: int = 0  # of which accepted,
+    spec_emitted_tokens: int = 0  # and the tokens the verifications emitted (accepted plus one each)

@@ -81,7 +81,7 @@ class Scheduler:
                 break
             if seq.status is not SequenceStatus.RUNNING:  # preempted earlier in this loop
                 continue
-            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            num_new = self._running_tokens(seq, budget)
             while not self.pool.can_grow(seq, seq.num_computed_tokens + num_new):
                 victim = self._victim(batch)
                 self.preempt(victim)
@@ -105,6 +105,18 @@ class Scheduler:
             batch.num_new_tokens.append(num_new)
             budget -= num_new
         return batch
+
+    def _running_tokens(self, seq: Sequence, budget: int) -> int:
+        """A running sequence's new tokens this step: its pending ones, then as many of its draft tokens as
+        fit the budget and the free blocks (drafts never preempt anyone)."""
+        pending = seq.num_tokens - seq.num_computed_tokens
+        draft = seq.draft_token_ids
+        # a free block per running sequence stays, so that no decode after this one has to preempt
+        if draft and not self.pool.can_grow(seq, seq.num_tokens + len(draft), reserve=len(self.running)):
+            draft.clear()
+        num_new = min(pending + len(draft), budget)
+        del draft[max(0, num_new - pending) :]
+        return num_new
 
     def advance(self, batch: ScheduledBatch) -> None:
         """Record that the batch's KV was written, and publish newly full blocks to the prefix cache."""
@@ -159,6 +171,7 @@ class Scheduler:
         """Free a running sequence's blocks and requeue it; its KV is recomputed when it returns."""
         self.running.remove(seq)
         self.pool.free(seq)
+        seq.draft_token_ids = []
         seq.timings.num_preemptions += 1
         self.num_preemptions += 1
         self._enqueue(seq)

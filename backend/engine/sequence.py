@@ -14,6 +14,7 @@ from backend.engine.sampling_params import SamplingParams
 if TYPE_CHECKING:
     import torch
 
+    from backend.engine.speculation import DraftState
     from backend.engine.structured_output import GrammarState
     from backend.executor.penalties import PenaltyState
 
@@ -47,7 +48,23 @@ class RequestTimings:
 _arrivals = itertools.count()
 
 
-class Sequence:
+class TokenCounts:
+    """The counts derived from a token list that begins with the prompt."""
+
+    __slots__ = ()
+    token_ids: list[int]
+    num_prompt_tokens: int
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+
+class Sequence(TokenCounts):
     """A request as the scheduler sees it: prompt plus generated tokens and the blocks that hold their KV."""
 
     __slots__ = (
@@ -56,6 +73,8 @@ class Sequence:
         "block_table",
         "cache_salt",
         "constraint",
+        "draft_state",
+        "draft_token_ids",
         "finish_reason",
         "forks",
         "generator",
@@ -107,19 +126,13 @@ class Sequence:
         self.output: Any = None  # the engine's text/stop state for this request
         self.sink: Callable[[Any], None] | None = None  # where the engine delivers deltas
         self.forks: list[Sequence] = []  # the request's other choices, forked from this one after its prefill
+        self.draft_token_ids: list[int] = []  # speculative tokens the next step verifies after its last token
+        self.draft_state: DraftState | None = None  # how its drafts have done (speculative decoding)
 
     @property
     def sort_key(self) -> tuple[int, int]:
         """Admission and preemption order: lower priority value first, then older first."""
         return (self.priority, self.arrival)
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.token_ids)
-
-    @property
-    def num_completion_tokens(self) -> int:
-        return len(self.token_ids) - self.num_prompt_tokens
 
     @property
     def is_finished(self) -> bool:

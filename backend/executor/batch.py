@@ -52,7 +52,8 @@ class TokenConstraint(Protocol):
 
 
 class StepSequence(Protocol):
-    """One sequence in a step: its tokens, how many have KV, its block table, how it samples."""
+    """One sequence in a step: its tokens, how many have KV, its block table, how it samples, and the draft
+    tokens (speculative decoding) that the step computes after its tokens and verifies."""
 
     generator: torch.Generator | None  # the sampler seeds it on first use
     penalty_state: PenaltyState | None  # the sampler builds it on first use, for penalized requests
@@ -67,6 +68,8 @@ class StepSequence(Protocol):
     def num_completion_tokens(self) -> int: ...
     @property
     def block_table(self) -> list[int]: ...
+    @property
+    def draft_token_ids(self) -> list[int]: ...
     @property
     def params(self) -> SamplingOptions: ...
     @property

@@ -59,12 +59,15 @@ class ModelRunner:
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> tuple[torch.Tensor, list[Sequence]]:
-        """Compute the batch's new tokens; return float32 logits (on the device) for the sequences that sample."""
+        """Compute the batch's new tokens; return float32 logits (on the device) for the sequences that sample:
+        one row each, or 1 + k rows for a sequence with k draft tokens."""
         seqs, counts = batch.seqs, batch.num_new_tokens
         starts = [s.num_computed_tokens for s in seqs]
+        drafts = [s.draft_token_ids for s in seqs]
         input_ids: list[int] = []
-        for seq, start, n in zip(seqs, starts, counts, strict=True):
-            input_ids.extend(seq.token_ids[start : start + n])
+        for seq, start, n, draft in zip(seqs, starts, counts, drafts, strict=True):
+            tokens = seq.token_ids + draft if draft else seq.token_ids
+            input_ids.extend(tokens[start : start + n])
         widest = max(len(s.block_table) for s in seqs)
         flat_tables: list[int] = []
         for seq in seqs:
@@ -92,9 +95,12 @@ class ModelRunner:
             max_context_len=int(context_lens.max()),
         )
         ids = torch.tensor(input_ids, dtype=torch.int64, device=self.device)
-        # Only a sequence whose last pending token is in this step samples; mid-prefill chunks do not.
-        sampling = [i for i, seq in enumerate(seqs) if starts[i] + counts[i] == seq.num_tokens]
-        rows = (query_start_loc[1:][sampling] - 1).to(self.device)
+        # Only a sequence whose last pending token is in this step samples; mid-prefill chunks do not. A
+        # drafted sequence samples after its last token and after each draft token: 1 + k rows, in order.
+        sampling = [i for i, seq in enumerate(seqs) if starts[i] + counts[i] == seq.num_tokens + len(drafts[i])]
+        ends = query_start_loc[1:].tolist()
+        rows = torch.tensor([r for i in sampling for r in range(ends[i] - 1 - len(drafts[i]), ends[i])],
+                            dtype=torch.int64, device=self.device)
         graphs = self.graphs
         if graphs is not None and max(counts) == 1 and graphs.fits(len(seqs), widest):
             logits = graphs.replay(ids, positions.to(self.device), meta)[rows]

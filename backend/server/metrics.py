@@ -1,7 +1,7 @@
 """Prometheus metrics of one backend server, with vLLM's metric names under a `tidegate_backend_` prefix.
 
 Each app owns its own CollectorRegistry, so several servers (or tests) in one process never share counters.
-Engine state (running, waiting, KV usage, prefix cache, preemptions) is read from `Engine.stats()` at scrape
+Engine state (running, waiting, KV usage, prefix cache, preemptions, speculative decoding) is read from `Engine.stats()` at scrape
 time; per-request figures are recorded when a request ends.
 """
 
@@ -100,6 +100,9 @@ class _EngineCollector(Collector):
             ("prefix_cache_hits", "Prompt tokens found in the prefix cache.", stats.prefix_cache_hits),
             ("num_preemptions", "Requests preempted to free KV blocks.", stats.num_preemptions),
             ("engine_steps", "Engine steps run.", stats.steps),
+            ("spec_decode_num_draft_tokens", "Draft tokens verified.", stats.spec_draft_tokens),
+            ("spec_decode_num_accepted_tokens", "Draft tokens accepted.", stats.spec_accepted_tokens),
+            ("spec_decode_num_emitted_tokens", "Tokens emitted by verifications.", stats.spec_emitted_tokens),
         ):
             counter = CounterMetricFamily(PREFIX + name, doc, labels=labels)
             counter.add_metric([self._model], float(value))

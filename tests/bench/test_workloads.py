@@ -10,7 +10,7 @@ import pytest
 
 from bench.client import Target
 from bench.tokenizer import PromptTokenizer
-from bench.workloads import Workload, WorkloadError, WorkloadSpec
+from bench.workloads import GROUNDED_TASKS, GROUNDED_TEXT, Workload, WorkloadError, WorkloadSpec
 
 
 def take(workload: Workload, n: int) -> list:
@@ -116,3 +116,19 @@ def test_a_system_prompt_heads_every_turn_of_a_conversation(tokenizer: PromptTok
     history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
     roles = [m["role"] for m in target.body(conversations[0][1], history)["messages"]]
     assert roles == ["system", "user", "assistant", "user"]
+
+
+def test_grounded_prompts_quote_the_shipped_text_at_about_the_input_length(tokenizer: PromptTokenizer) -> None:
+    text = " ".join(GROUNDED_TEXT.read_text(encoding="utf-8").split())
+    convs = take(Workload(WorkloadSpec(input_len=256, output_len=64, grounded=True), tokenizer, seed=1), 12)
+    for [spec] in convs:
+        assert isinstance(spec.prompt, str) and spec.output_len == 64
+        task, passage = spec.prompt.split("\n\n", 1)
+        assert task in GROUNDED_TASKS and passage in f"{text} {text}"  # a passage may wrap to the start
+        assert 200 <= spec.input_tokens == tokenizer.count(spec.prompt) <= 300
+    assert len({c[0].prompt for c in convs}) > 6
+
+
+def test_grounded_workload_refuses_options_it_cannot_honour() -> None:
+    with pytest.raises(WorkloadError, match="grounded"):
+        WorkloadSpec(grounded=True, turns=2)

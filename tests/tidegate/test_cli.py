@@ -4,6 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tidegate.autoscale import ReplicaRange, ScheduleWindow
@@ -102,3 +103,13 @@ def test_a_bad_backend_flag_value_exits_with_the_setting_named() -> None:
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 2
     assert "max_num_seqs" in done.stderr
+
+
+def test_speculative_flags_reach_the_settings_and_a_draft_needs_its_model(capsys: pytest.CaptureFixture) -> None:
+    from tidegate.cli import main, settings_from_args
+
+    args = build_parser().parse_args(["backend", "--speculative", "ngram", "--num-speculative-tokens", "3"])
+    settings = settings_from_args(args, "backend", args.setting_fields).backend
+    assert (settings.speculative, settings.num_speculative_tokens) == ("ngram", 3)
+    assert main(["backend", "--speculative", "draft"]) == 2
+    assert "--speculative-model" in capsys.readouterr().err

@@ -138,16 +138,16 @@ def test_detokenizing_runs_outside_the_engine_lock(
     engine = make_engine()
     answered: list[bool] = []
 
-    def checked_step_text(seq: Sequence, token_id: int) -> tuple[str, bool]:
+    def checked_step_text(seq: Sequence, token_id: int, ahead: int = 0) -> tuple[str, bool]:
         # stats() takes the engine lock: from another thread it answers only if the step does not hold it.
         probe = threading.Thread(target=engine.stats)
         probe.start()
         probe.join(timeout=30)
         answered.append(not probe.is_alive())
-        return real_step_text(seq, token_id)
+        return real_step_text(seq, token_id, ahead)
 
     real_step_text = output.step_text
-    monkeypatch.setattr("backend.engine.core.step_text", checked_step_text)
+    monkeypatch.setattr("backend.engine.output.step_text", checked_step_text)
     [result] = engine.generate_offline([prompt_ids[0]], SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
     assert answered == [True] * 4 and result.finish_reason == "length"
 

@@ -55,7 +55,8 @@ def test_each_model_has_its_own_attention_buffers() -> None:
 def test_the_runner_plans_attention_once_per_step(tiny_gguf: Path) -> None:
     attention = CountingAttention()
     loaded = load_model(tiny_gguf, ops=dataclasses.replace(torch_ops(), attention=attention))
-    engine = Engine(EngineConfig(tiny_gguf, kv_cache_memory=4 << 20), loaded=loaded)
+    # one token per step, so that four tokens take four steps
+    engine = Engine(EngineConfig(tiny_gguf, kv_cache_memory=4 << 20, speculative="none"), loaded=loaded)
     prompts = [[5, 9, 77, 3] * 5, [8, 1, 200]]
     completions = engine.generate_offline(prompts, SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
     assert [len(c.token_ids) for c in completions] == [4, 4]

@@ -45,13 +45,17 @@ def test_engine_gauges_are_read_at_scrape_time_and_absent_while_loading() -> Non
     metrics = BackendMetrics("m", lambda: stats[0])
     assert not any(name == "tidegate_backend_num_requests_running" for name, _ in samples(metrics))
     stats[0] = EngineStats(num_running=3, num_waiting=2, kv_blocks_total=100, kv_blocks_free=75, kv_usage=0.25,
-                           prefix_cache_queries=64, prefix_cache_hits=32, num_preemptions=1, steps=9)
+                           prefix_cache_queries=64, prefix_cache_hits=32, num_preemptions=1, steps=9,
+                           spec_draft_tokens=40, spec_accepted_tokens=25, spec_emitted_tokens=35)
     v = samples(metrics)
     assert one(v, "tidegate_backend_num_requests_running") == 3
     assert one(v, "tidegate_backend_num_requests_waiting") == 2
     assert one(v, "tidegate_backend_kv_cache_usage_perc") == 0.25
     assert one(v, "tidegate_backend_prefix_cache_hits_total") == 32
     assert one(v, "tidegate_backend_num_preemptions_total") == 1
+    assert one(v, "tidegate_backend_spec_decode_num_draft_tokens_total") == 40
+    assert one(v, "tidegate_backend_spec_decode_num_accepted_tokens_total") == 25
+    assert one(v, "tidegate_backend_spec_decode_num_emitted_tokens_total") == 35
 
 
 def test_each_app_has_its_own_registry() -> None:

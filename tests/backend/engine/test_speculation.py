@@ -1,0 +1,130 @@
+"""Speculative decoding (prompt lookup): same greedy tokens, same sampling distribution, no leaked blocks."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from backend.engine.core import Engine, EngineConfig
+from backend.engine.sampling_params import SamplingParams
+from backend.engine.speculation import propose_ngram
+from backend.loading.loader import load_model
+from tests.backend import engine_fixtures
+from tests.backend.tiny_models import tiny_config, tiny_hf_model, write_hf_folder
+
+loaded_model = engine_fixtures.loaded_model
+make_engine = engine_fixtures.make_engine
+
+GROUNDED = ("The lighthouse keeper climbed the stairs at dusk, lit the great lamp, and wrote in his log "
+            "that the sea was calm and the ships were safe.")
+
+
+def test_prompt_lookup_proposes_what_followed_the_longest_recent_match() -> None:
+    assert propose_ngram([1, 2, 3, 9, 9, 1, 2, 3], 2) == [9, 9]
+    assert propose_ngram([5, 3, 7, 4, 3, 8, 1, 3], 3) == [8, 1, 3]  # n = 1: the most recent earlier 3
+    assert propose_ngram([1, 2, 3, 4], 4) == []
+    assert propose_ngram([7, 7, 7], 4) == [7]  # the match may overlap the suffix, never be it
+
+
+def _run(engine: Engine, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
+    return [c.token_ids for c in engine.generate_offline(prompts, params)]
+
+
+def test_greedy_tokens_are_identical_with_prompt_lookup_and_every_block_returns(
+    make_engine: Any, loaded_model: Any
+) -> None:
+    tok = loaded_model.tokenizer
+    chat = [f"Repeat this text exactly: {GROUNDED}", f"Copy the first sentence of: {GROUNDED}"]
+    prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": c}])) for c in chat]
+    prompts.append(tok.encode("1, 2, 3, 4, 5, 6,"))
+    params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    plain = _run(make_engine(speculative="none"), prompts, params)
+    engine = make_engine(speculative="ngram")
+    assert _run(engine, prompts, params) == plain
+    stats = engine.stats()
+    assert 0 < stats.spec_accepted_tokens <= stats.spec_draft_tokens
+    assert stats.steps < params.max_tokens  # accepted drafts saved steps
+    assert stats.kv_blocks_free == stats.kv_blocks_total
+    engine.pool.check_invariants()
+
+
+def test_stop_strings_and_max_tokens_cut_a_verified_run_where_plain_decoding_would(
+    make_engine: Any, loaded_model: Any
+) -> None:
+    prompt = loaded_model.tokenizer.encode("1, 2, 3, 4, 5, 6,")
+    for params in (SamplingParams(max_tokens=9, temperature=0.0, ignore_eos=True),
+                   SamplingParams(max_tokens=24, temperature=0.0, stop=[" 11,"])):
+        [plain] = make_engine(speculative="none").generate_offline([prompt], params)
+        engine = make_engine(speculative="ngram")
+        [drafted] = engine.generate_offline([prompt], params)
+        assert (drafted.text, drafted.token_ids, drafted.finish_reason) == (
+            plain.text, plain.token_ids, plain.finish_reason)
+        assert engine.stats().spec_accepted_tokens > 0
+        assert engine.stats().kv_blocks_free == engine.stats().kv_blocks_total
+
+
+def test_a_draft_model_proposes_greedy_tokens_that_verify_to_the_same_output(
+    make_engine: Any, loaded_model: Any, model_path: Path
+) -> None:
+    prompts = [loaded_model.tokenizer.encode(p) for p in ("The capital of France is", "Once upon a time,")]
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    plain = _run(make_engine(speculative="none"), prompts, params)
+    # the served model as its own draft: every draft is right, so each step emits K + 1 tokens
+    engine = make_engine(speculative="draft", speculative_model=str(model_path), num_speculative_tokens=3)
+    assert _run(engine, prompts, params) == plain
+    stats = engine.stats()
+    assert stats.spec_accepted_tokens == stats.spec_draft_tokens > 0 and stats.steps <= 4
+    assert stats.kv_blocks_free == stats.kv_blocks_total
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A tiny random model with a sharpened head, so that prompt-lookup drafts are accepted now and then."""
+    model = tiny_hf_model(tiny_config(), seed=3)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(60)
+    return load_model(write_hf_folder(model, tmp_path_factory.mktemp("tiny")))
+
+
+def _histogram(loaded: Any, speculative: str, rounds: int) -> tuple[Counter[tuple[int, int]], Engine]:
+    """(position, token) counts of 4-token samples, four requests per batch, from a prompt that holds the
+    model's own greedy continuation of its end, so that drafts exist and are sometimes right."""
+    config = EngineConfig(Path("tiny"), threads=1, kv_cache_memory=4 * 1024 * 1024, speculative=speculative)
+    engine = Engine(config, loaded=loaded)
+    start = list(b"abcdef")
+    [greedy] = _run(engine, [start], SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True))
+    prompt = start + greedy + start
+    params = SamplingParams(max_tokens=4, temperature=1.0, ignore_eos=True)
+    torch.manual_seed(1234)
+    counts: Counter[tuple[int, int]] = Counter()
+    for _ in range(rounds):
+        for tokens in _run(engine, [prompt] * 4, params):
+            counts.update(enumerate(tokens))
+    engine.shutdown()
+    return counts, engine
+
+
+def test_sampled_tokens_keep_the_target_distribution_under_rejection_sampling(tiny_model: Any) -> None:
+    plain, _ = _histogram(tiny_model, "none", 120)
+    drafted, engine = _histogram(tiny_model, "ngram", 120)
+    stats = engine.stats()
+    assert 50 < stats.spec_accepted_tokens < stats.spec_draft_tokens - 50  # both paths ran, often
+    # Two-sample chi-square (equal sizes) over (position, token) bins with 20 or more samples in all; the
+    # rarer tokens pooled into one bin per position.
+    a: Counter[tuple[int, int]] = Counter()
+    b: Counter[tuple[int, int]] = Counter()
+    for key in plain.keys() | drafted.keys():
+        bin_key = key if plain[key] + drafted[key] >= 20 else (key[0], -1)
+        a[bin_key] += plain[key]
+        b[bin_key] += drafted[key]
+    bins = [k for k in a.keys() | b.keys() if a[k] + b[k] > 0]
+    statistic = sum((a[k] - b[k]) ** 2 / (a[k] + b[k]) for k in bins)
+    df = len(bins) - 4  # one constraint per position
+    z = 3.09  # p = 0.001, through Wilson-Hilferty's approximation of the chi-square quantile
+    critical = df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+    assert df > 4 and statistic < critical
