@@ -18,9 +18,10 @@ from torch import nn
 
 from backend.executor.model_config import ModelConfig
 from backend.executor.ops import ModelOps, ops_for
-from backend.executor.quant_blocks import Weight, as_float, concat_rows
-from backend.executor.quantized_linear import Int8Weight, QuantizedWeight, form_for, quantize, quantize_int8
+from backend.executor.quant_blocks import BlockQuantized, Weight, as_float, concat_rows
+from backend.executor.quantized_linear import QuantizedWeight, form_for, quantize, quantize_int8
 from backend.executor.rotary import Rotary
+from backend.executor.vocabulary import Vocabulary
 
 
 class RMSNorm(nn.Module):
@@ -46,7 +47,8 @@ _MATRICES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 
 
 def _linear(
-    ops: ModelOps, x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, bias: torch.Tensor | None = None
+    ops: ModelOps, x: torch.Tensor, weight: torch.Tensor | QuantizedWeight | Vocabulary,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     if isinstance(weight, torch.Tensor):
         return ops.linear(x, weight, bias)
@@ -179,23 +181,25 @@ class LlamaModel(nn.Module):
         embed = _take(own, "embed_tokens")
         if form_for(quantization, embed) == "dense":
             _fill(self.embed_tokens, as_float(embed))
-        else:  # int8 whatever the form: an embedding lookup reads rows, which int8 keeps one scale each
-            self._set_vocabulary(quantize_int8(embed), tied=self.config.tie_word_embeddings)
+        else:
+            self._set_vocabulary("embed_tokens", _vocabulary(embed))
+            if self.config.tie_word_embeddings:
+                self._set_vocabulary("lm_head", self.embed_tokens)
         _fill(self.norm.weight, as_float(_take(own, "norm")))
         head = own.pop("lm_head", None)
         if not self.config.tie_word_embeddings:
             if head is None:
                 raise ValueError("the weights lack lm_head.weight and the config does not tie embeddings")
-            _place(self, "lm_head", head, quantization)
+            if form_for(quantization, head) == "dense":
+                _fill(self.lm_head, as_float(head))
+            else:
+                self._set_vocabulary("lm_head", _vocabulary(head))
         if own:
             raise ValueError(f"unexpected weights: {', '.join(sorted(own)[:5])}")
 
-    def _set_vocabulary(self, table: Int8Weight, *, tied: bool) -> None:
-        del self.embed_tokens
-        self.embed_tokens = table  # type: ignore[assignment]
-        if tied:
-            del self.lm_head
-            self.lm_head = table  # type: ignore[assignment]
+    def _set_vocabulary(self, name: str, table: object) -> None:
+        delattr(self, name)
+        setattr(self, name, table)
 
     def _pack_matrices(self, pack: Callable[[torch.Tensor], torch.Tensor]) -> None:
         # Outside inference mode, so that the packed matrices are ordinary tensors like the parameters they replace.
@@ -234,6 +238,11 @@ def _take(weights: dict[str, Weight], name: str) -> Weight:
         return weights.pop(name)
     except KeyError:
         raise ValueError(f"missing weight {name!r}") from None
+
+
+def _vocabulary(weight: Weight) -> Vocabulary:
+    # int8 whatever the mode: the embedding reads rows, and int8 keeps one scale per row
+    return Vocabulary(quantize_int8(weight), weight if isinstance(weight, BlockQuantized) else None)
 
 
 def _place(module: nn.Module, name: str, weight: Weight, quantization: str) -> None:

@@ -29,9 +29,9 @@ class BlockQuantized:
         rows, cols = self.shape
         assert cols % BLOCK == 0 and tuple(self.blocks.shape) == (rows, cols // BLOCK * BLOCK_BYTES[self.kind])
 
-    def take_rows(self, order: torch.Tensor) -> BlockQuantized:
-        """The matrix with its rows taken in `order` (a permutation of row indices)."""
-        return BlockQuantized(self.kind, self.blocks[order].contiguous(), self.shape)
+    def take_rows(self, ids: torch.Tensor) -> BlockQuantized:
+        """The matrix of rows `ids` (a permutation of the rows, or an embedding lookup's token ids)."""
+        return BlockQuantized(self.kind, self.blocks[ids].contiguous(), (len(ids), self.shape[1]))
 
     def quants(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """`(q, d, m)`: quants `[rows, in]` as int32 (0..15 for Q4, -128..127 for Q8_0), block scales and

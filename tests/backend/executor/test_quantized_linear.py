@@ -16,6 +16,7 @@ from gguf.quants import dequantize, quantize
 from backend.executor import quantized_linear
 from backend.executor.quant_blocks import BlockQuantized
 from backend.executor.quantized_linear import Int4Weight, Int8Weight, quantize_int4, quantize_int8
+from backend.executor.vocabulary import Vocabulary
 from backend.loading.loader import load_model
 from tests.backend.model_harness import prefill_logits
 from tests.backend.tiny_models import tiny_config, tiny_hf_model, write_gguf
@@ -67,6 +68,18 @@ def test_int8_rows_are_the_embedding_lookup() -> None:
     assert _relative_error(table.rows(ids, torch.float32), w[ids]) < 1e-2
 
 
+def test_vocabulary_rows_are_the_files_and_its_leading_logits_float32() -> None:
+    blocks, reference = _blocks("Q8_0", rows=300, cols=64)
+    vocab, table = Vocabulary(quantize_int8(blocks), blocks), torch.from_numpy(reference)
+    ids = torch.tensor([5, 0, 299, 5])
+    assert torch.equal(vocab.rows(ids, torch.float32), table[ids])
+    hidden = torch.randn(3, 64, generator=torch.Generator().manual_seed(3))
+    logits, exact = vocab.linear(hidden), hidden @ table.T
+    leading = exact.topk(4, dim=-1)
+    torch.testing.assert_close(logits.gather(1, leading.indices), leading.values)
+    assert _relative_error(logits, exact) < 1e-2
+
+
 def _tiny_gguf(tmp_path: Path, types: dict[str, Q]) -> Path:
     config = tiny_config("llama", tie_word_embeddings=True)
     state = {k: v for k, v in tiny_hf_model(config).state_dict().items() if k != "lm_head.weight"}
@@ -88,7 +101,7 @@ def test_auto_keeps_the_files_blocks_and_its_logits(tmp_path: Path) -> None:
     first, second = auto.layers[0], auto.layers[1]
     assert isinstance(first.qkv_proj, Int4Weight) and isinstance(first.o_proj, Int4Weight)
     assert isinstance(first.down_proj, Int8Weight) and isinstance(second.down_proj, torch.Tensor)
-    assert isinstance(auto.embed_tokens, Int8Weight) and auto.lm_head is auto.embed_tokens
+    assert isinstance(auto.embed_tokens, Vocabulary) and auto.lm_head is auto.embed_tokens
     assert isinstance(exact.layers[0].qkv_proj, torch.Tensor)
     assert _relative_error(prefill_logits(auto, PROMPT), prefill_logits(exact, PROMPT)) < 0.02
 
@@ -100,7 +113,7 @@ def test_float_weights_are_quantized_at_load(tmp_path: Path, mode: str) -> None:
     assert isinstance(exact.layers[0].gate_up_proj, torch.Tensor)  # float files stay float in auto
     kind = Int8Weight if mode == "int8" else Int4Weight
     assert all(isinstance(layer.gate_up_proj, kind) for layer in quantized.layers)
-    assert isinstance(quantized.lm_head, Int8Weight)
+    assert isinstance(quantized.lm_head, Vocabulary)
     bound = 0.02 if mode == "int8" else 0.15
     assert _relative_error(prefill_logits(quantized, PROMPT), prefill_logits(exact, PROMPT)) < bound
 
