@@ -1,7 +1,9 @@
 """`tidegate backend` against llama.cpp's `llama-server` on the same GGUF file, through `tidegate bench`.
 
-    python -m bench.experiments.vs_llama_cpp --llama-server PATH [--model smollm2] [--threads 2]
+    python -m bench.experiments.vs_llama_cpp [--llama-server PATH] [--model smollm2] [--threads 2]
         [--concurrency 1,8,32] [--backend-args "--quantization none"] [--json out.json]
+
+Without --llama-server only tidegate runs (for a before/after of tidegate alone).
 
 Each server runs alone, one after the other, with the same threads (llama-server with 32 slots and a context of
 512 tokens per slot); each gets closed-loop runs of 256 prompt tokens and 128 output tokens (`ignore_eos`) at
@@ -60,12 +62,14 @@ def bench(url: str, concurrency: int, workdir: Path, label: str) -> dict[str, An
 
 
 def table(results: dict[str, dict[int, dict[str, Any]]]) -> str:
-    ours, theirs = results["tidegate"], results["llama.cpp"]
+    ours, theirs = results["tidegate"], results.get("llama.cpp", {})
     lines = ["| concurrency | tidegate out tok/s | llama.cpp out tok/s | ratio | tidegate P95 TTFT | llama.cpp P95 TTFT "
              "| tidegate median TPOT | llama.cpp median TPOT |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in sorted(ours):
         a, b = ours[c], theirs.get(c)
         if b is None:
+            lines.append(f"| {c} | {a['output_throughput']:.1f} | - | - | {a['p95_ttft_ms'] / 1000:.2f} s | - "
+                         f"| {a['median_tpot_ms']:.0f} ms | - |")
             continue
         lines.append(
             f"| {c} | {a['output_throughput']:.1f} | {b['output_throughput']:.1f} "
@@ -77,7 +81,7 @@ def table(results: dict[str, dict[int, dict[str, Any]]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--llama-server", required=True, help="path of the llama-server binary")
+    parser.add_argument("--llama-server", help="path of the llama-server binary (default: tidegate alone)")
     parser.add_argument("--model", default="smollm2", help="a .gguf file or a named model")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--concurrency", default="1,8,32")
@@ -89,7 +93,7 @@ def main() -> None:
     results: dict[str, dict[int, dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="tidegate-vs-llama-") as tmp:
         workdir = Path(tmp)
-        for label in ("tidegate", "llama.cpp"):
+        for label in ("tidegate", "llama.cpp") if args.llama_server else ("tidegate",):
             stack = Stack(workdir)
             try:
                 if label == "tidegate":
