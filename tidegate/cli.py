@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -120,6 +121,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"tidegate model pull: {exc}", file=sys.stderr)
                 return 1
             return 0
+        if args.command == "backend":
+            # Before torch loads libgomp, which reads this once: its idle workers then sleep instead of spinning,
+            # which on a busy machine cost several times a step's CPU (docs/engine.md, Performance).
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         if args.command in ("backend", "gateway"):
             args.settings = settings_from_args(args, args.command, args.setting_fields)
         elif args.command == "up":

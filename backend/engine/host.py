@@ -30,6 +30,19 @@ def keep_freed_memory() -> bool:
     return all(mallopt(option, value) == 1 for option, value in settings)
 
 
+def release_freed_memory() -> bool:
+    """Hand the heap's free pages back to the kernel once (after loading, whose temporaries the settings above
+    would otherwise keep resident); False where it is not glibc."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return False
+    malloc_trim(0)
+    return True
+
+
 T = TypeVar("T")
 
 

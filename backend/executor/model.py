@@ -3,13 +3,14 @@
 Weights arrive under Hugging Face names (`model.layers.0.self_attn.q_proj.weight` ...) and are merged on load:
 Q, K and V into one matrix, gate and up into another, so a layer costs four matrix multiplies. Which
 implementation runs each op (torch, Triton, oneDNN-packed matrices) is fixed when the model is built: its
-`ModelOps` (backend/executor/ops.py).
+`ModelOps` (backend/executor/ops.py). Under `--quantization` a matrix may instead be kept quantized
+(backend/executor/quantized_linear.py): it then multiplies itself, and the embedding looks up dequantized rows.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +18,10 @@ from torch import nn
 
 from backend.executor.model_config import ModelConfig
 from backend.executor.ops import ModelOps, ops_for
+from backend.executor.quant_blocks import BlockQuantized, Weight, as_float, concat_rows
+from backend.executor.quantized_linear import QuantizedWeight, form_for, quantize, quantize_int8
 from backend.executor.rotary import Rotary
+from backend.executor.vocabulary import Vocabulary
 
 
 class RMSNorm(nn.Module):
@@ -40,6 +44,15 @@ def _add_norm(
 
 
 _MATRICES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+
+
+def _linear(
+    ops: ModelOps, x: torch.Tensor, weight: torch.Tensor | QuantizedWeight | Vocabulary,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    if isinstance(weight, torch.Tensor):
+        return ops.linear(x, weight, bias)
+    return weight.linear(x, bias)
 
 
 class DecoderLayer(nn.Module):
@@ -75,17 +88,17 @@ class DecoderLayer(nn.Module):
         """One block; returns its output and the residual stream, which the next block's norm adds."""
         ops, t = self.ops, x.shape[0]
         h, residual = _add_norm(x, residual, self.input_norm, ops)
-        qkv = ops.linear(h, self.qkv_proj, self.qkv_bias)
+        qkv = _linear(ops, h, self.qkv_proj, self.qkv_bias)
         qk = qkv[:, : self.q_size + self.kv_size].view(t, -1, self.head_dim)
         q, k = self.rotary(positions, qk, self.num_heads)
         v = qkv[:, self.q_size + self.kv_size :].view(t, self.num_kv_heads, self.head_dim)
         k_cache, v_cache = kv_cache
         ops.attention.write_kv(k, v, k_cache, v_cache, plan)
         o = ops.attention.attend(q, k_cache, v_cache, plan, self.scale)
-        o = ops.linear(o.reshape(t, self.q_size), self.o_proj)
+        o = _linear(ops, o.reshape(t, self.q_size), self.o_proj)
         h, residual = _add_norm(o, residual, self.post_norm, ops)
-        gate_up = ops.linear(h, self.gate_up_proj)
-        return ops.linear(ops.silu_and_mul(gate_up), self.down_proj), residual
+        gate_up = _linear(ops, h, self.gate_up_proj)
+        return _linear(ops, ops.silu_and_mul(gate_up), self.down_proj), residual
 
 
 class LlamaModel(nn.Module):
@@ -128,7 +141,8 @@ class LlamaModel(nn.Module):
 
         `plan` is this step's `self.ops.attention.plan(meta, block_size, dtype)`, shared by every layer.
         """
-        x = F.embedding(input_ids, self.embed_tokens)
+        embed = self.embed_tokens
+        x = F.embedding(input_ids, embed) if isinstance(embed, torch.Tensor) else embed.rows(input_ids, self.dtype)
         residual: torch.Tensor | None = None
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
             x, residual = layer(x, residual, positions, kv_cache, plan)
@@ -138,48 +152,65 @@ class LlamaModel(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Float32 logits `[R, vocab]` for the rows of `hidden` the caller wants to sample from."""
         head = self.packed_head if self.packed_head is not None else self.lm_head
-        return self.ops.linear(hidden, head).float()
+        return _linear(self.ops, hidden, head).float()
 
-    def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
+    def load_weights(self, weights: Mapping[str, Weight], quantization: str = "none") -> None:
         """Copy tensors named as in transformers' LlamaForCausalLM / Qwen2ForCausalLM, merging projections; then
-        bring the matrices into the form `ops.linear` reads."""
-        self._copy_weights(weights)
+        bring the matrices into the form `ops.linear` reads. `quantization` (auto, none, int8, int4) says which
+        matrices are kept quantized instead (`quantized_linear.form_for`); their float copy is never made."""
+        self._copy_weights(weights, quantization)
         if self.ops.pack is not None:
             self._pack_matrices(self.ops.pack)
 
     @torch.inference_mode()
-    def _copy_weights(self, weights: dict[str, torch.Tensor]) -> None:
-        own: dict[str, torch.Tensor] = {}
+    def _copy_weights(self, weights: Mapping[str, Weight], quantization: str) -> None:
+        own: dict[str, Weight] = {}
         for name, tensor in weights.items():
             own[_hf_to_own(name)] = tensor
         for i, layer in enumerate(self.layers):
             assert isinstance(layer, DecoderLayer)
             p = f"layers.{i}."
-            _fill(layer.qkv_proj, torch.cat([_take(own, p + s + ".weight") for s in ("q", "k", "v")]))
+            _place(layer, "qkv_proj", concat_rows([_take(own, p + s + ".weight") for s in ("q", "k", "v")]), quantization)
             if layer.qkv_bias is not None:
-                _fill(layer.qkv_bias, torch.cat([_take(own, p + s + ".bias") for s in ("q", "k", "v")]))
-            _fill(layer.gate_up_proj, torch.cat([_take(own, p + "gate"), _take(own, p + "up")]))
-            for name in ("o_proj", "down_proj", "input_norm", "post_norm"):
-                param = getattr(layer, name)
-                _fill(param if isinstance(param, nn.Parameter) else param.weight, _take(own, p + name))
-        _fill(self.embed_tokens, _take(own, "embed_tokens"))
-        _fill(self.norm.weight, _take(own, "norm"))
+                _fill(layer.qkv_bias, torch.cat([as_float(_take(own, p + s + ".bias")) for s in ("q", "k", "v")]))
+            _place(layer, "gate_up_proj", concat_rows([_take(own, p + "gate"), _take(own, p + "up")]), quantization)
+            for name in ("o_proj", "down_proj"):
+                _place(layer, name, _take(own, p + name), quantization)
+            for name in ("input_norm", "post_norm"):
+                _fill(getattr(layer, name).weight, as_float(_take(own, p + name)))
+        embed = _take(own, "embed_tokens")
+        if form_for(quantization, embed) == "dense":
+            _fill(self.embed_tokens, as_float(embed))
+        else:
+            self._set_vocabulary("embed_tokens", _vocabulary(embed))
+            if self.config.tie_word_embeddings:
+                self._set_vocabulary("lm_head", self.embed_tokens)
+        _fill(self.norm.weight, as_float(_take(own, "norm")))
         head = own.pop("lm_head", None)
         if not self.config.tie_word_embeddings:
             if head is None:
                 raise ValueError("the weights lack lm_head.weight and the config does not tie embeddings")
-            _fill(self.lm_head, head)
+            if form_for(quantization, head) == "dense":
+                _fill(self.lm_head, as_float(head))
+            else:
+                self._set_vocabulary("lm_head", _vocabulary(head))
         if own:
             raise ValueError(f"unexpected weights: {', '.join(sorted(own)[:5])}")
+
+    def _set_vocabulary(self, name: str, table: object) -> None:
+        delattr(self, name)
+        setattr(self, name, table)
 
     def _pack_matrices(self, pack: Callable[[torch.Tensor], torch.Tensor]) -> None:
         # Outside inference mode, so that the packed matrices are ordinary tensors like the parameters they replace.
         for layer in self.layers:
             for name in _MATRICES:
-                packed = pack(getattr(layer, name))
-                delattr(layer, name)
-                layer.register_buffer(name, packed, persistent=False)
-        self.packed_head = pack(self.lm_head)
+                matrix = getattr(layer, name)
+                if isinstance(matrix, torch.Tensor):
+                    delattr(layer, name)
+                    layer.register_buffer(name, pack(matrix), persistent=False)
+        if isinstance(self.lm_head, torch.Tensor):
+            self.packed_head = pack(self.lm_head)
 
 
 _HF_NAMES = [
@@ -202,11 +233,29 @@ def _hf_to_own(name: str) -> str:
     raise ValueError(f"unexpected weight {name!r}")
 
 
-def _take(weights: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+def _take(weights: dict[str, Weight], name: str) -> Weight:
     try:
         return weights.pop(name)
     except KeyError:
         raise ValueError(f"missing weight {name!r}") from None
+
+
+def _vocabulary(weight: Weight) -> Vocabulary:
+    # int8 whatever the mode: the embedding reads rows, and int8 keeps one scale per row
+    return Vocabulary(quantize_int8(weight), weight if isinstance(weight, BlockQuantized) else None)
+
+
+def _place(module: nn.Module, name: str, weight: Weight, quantization: str) -> None:
+    """Fill the float matrix `name`, or replace it by its quantized form (its float storage never touched)."""
+    param = getattr(module, name)
+    form = form_for(quantization, weight)
+    if form == "dense":
+        _fill(param, as_float(weight))
+        return
+    if tuple(param.shape) != tuple(weight.shape):
+        raise ValueError(f"weight shape {tuple(weight.shape)} does not match the model's {tuple(param.shape)}")
+    delattr(module, name)
+    setattr(module, name, quantize(weight, form))
 
 
 def _fill(param: torch.Tensor, value: torch.Tensor) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import math
+import mmap
 
 import torch
 
@@ -20,6 +22,15 @@ def kv_block_bytes(config: ModelConfig, block_size: int, dtype: torch.dtype) -> 
     """Bytes one block takes across all layers, keys and values."""
     element = torch.empty(0, dtype=dtype).element_size()
     return 2 * config.num_layers * block_size * config.num_kv_heads * config.head_dim * element
+
+
+def _zeroed(shape: tuple[int, ...], dtype: torch.dtype, device: str) -> torch.Tensor:
+    """Zeros; on CPU in an anonymous mapping, which the kernel zero-fills page by page as it is first written,
+    so that a replica holds in memory only the part of its KV pool that has been used."""
+    if torch.device(device).type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+    return torch.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype).view(shape)
 
 
 class ModelRunner:
@@ -45,8 +56,7 @@ class ModelRunner:
         self.dtype = dtype
         shape = (num_blocks, block_size, config.num_kv_heads, config.head_dim)
         self.kv_caches = [
-            (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
-            for _ in range(config.num_layers)
+            (_zeroed(shape, dtype, device), _zeroed(shape, dtype, device)) for _ in range(config.num_layers)
         ]
         self.graphs: DecodeGraphs | None = None
         if cuda_graph_batch > 0 and self.device.type == "cuda" and model.ops.attention.graph_safe:

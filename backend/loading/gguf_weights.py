@@ -1,4 +1,5 @@
-"""Reading a GGUF file: its metadata and its tensors, dequantised and renamed to Hugging Face names."""
+"""Reading a GGUF file: its metadata and its tensors, renamed to Hugging Face names, dequantised to float32 or
+(on request) matrices in Q4_0, Q4_1 and Q8_0 kept in their blocks for the quantized products."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
 from backend.executor.model_config import ModelConfig, UnsupportedModelError
+from backend.executor.quant_blocks import BLOCK_BYTES, BlockQuantized, Weight
 
 SUPPORTED_TENSOR_TYPES = frozenset(
     GGMLQuantizationType[name]
@@ -48,7 +50,7 @@ class GGUFContents:
 
     metadata: dict[str, Any]
     config: ModelConfig
-    weights: dict[str, torch.Tensor]  # Hugging Face names, float32, HF layout
+    weights: dict[str, Weight]  # Hugging Face names, HF layout; float32 unless kept in blocks
     rope_freq_factors: torch.Tensor | None  # llama.cpp's precomputed llama3 RoPE factors, when present
 
 
@@ -57,8 +59,9 @@ def read_metadata(reader: GGUFReader) -> dict[str, Any]:
     return {key: field.contents() for key, field in reader.fields.items() if not key.startswith("GGUF.")}
 
 
-def read_gguf(path: Path) -> GGUFContents:
-    """Parse metadata and dequantise every tensor; fails naming an unsupported architecture or tensor type."""
+def read_gguf(path: Path, *, keep_blocks: bool = False) -> GGUFContents:
+    """Parse metadata and dequantise every tensor (with `keep_blocks`, all but the Q4_0, Q4_1 and Q8_0 matrices);
+    fails naming an unsupported architecture or tensor type."""
     reader = GGUFReader(path)
     metadata = read_metadata(reader)
     tensors = {t.name: t for t in reader.tensors}
@@ -75,15 +78,21 @@ def read_gguf(path: Path) -> GGUFContents:
                 + ", ".join(sorted(q.name for q in SUPPORTED_TENSOR_TYPES))
             )
     freq_factors = None
-    weights: dict[str, torch.Tensor] = {}
+    weights: dict[str, Weight] = {}
     for name, t in tensors.items():
-        array = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
-        if not array.flags.writeable:  # F32 tensors come back as views of the read-only memory map
-            array = array.copy()
         # GGUF lists dims fastest-first; torch wants them slowest-first.
         shape = tuple(int(n) for n in reversed(t.shape.tolist()))
-        tensor = torch.from_numpy(np.ascontiguousarray(array).reshape(shape))
+        tensor: Weight
+        if keep_blocks and t.tensor_type.name in BLOCK_BYTES and len(shape) == 2:
+            blocks = torch.from_numpy(np.array(t.data, dtype=np.uint8).reshape(shape[0], -1))
+            tensor = BlockQuantized(t.tensor_type.name, blocks, (shape[0], shape[1]))
+        else:
+            array = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+            if not array.flags.writeable:  # F32 tensors come back as views of the read-only memory map
+                array = array.copy()
+            tensor = torch.from_numpy(np.ascontiguousarray(array).reshape(shape))
         if name == _ROPE_FREQS:
+            assert isinstance(tensor, torch.Tensor)
             freq_factors = tensor
             continue
         hf_name = _hf_name(name)
@@ -104,7 +113,11 @@ def _hf_name(name: str) -> str:
     raise UnsupportedModelError(f"unexpected tensor {name!r} in GGUF file")
 
 
-def _unpermute(weight: torch.Tensor, heads: int) -> torch.Tensor:
+def _unpermute(weight: Weight, heads: int) -> Weight:
     """Undo llama.cpp's converter, which interleaves each head's rotary halves for its own RoPE kernel."""
+    if isinstance(weight, BlockQuantized):  # the same permutation of whole rows
+        order = _unpermute(torch.arange(weight.shape[0]), heads)
+        assert isinstance(order, torch.Tensor)
+        return weight.take_rows(order)
     rows = weight.shape[0]
     return weight.reshape(heads, rows // heads // 2, 2, *weight.shape[1:]).transpose(1, 2).reshape(weight.shape)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from backend.executor import quantized_linear
 from backend.executor.model import LlamaModel
 from backend.executor.model_config import ModelConfig, UnsupportedModelError
 from backend.executor.ops import ModelOps
+from backend.executor.quant_blocks import Weight
 from backend.loading.gguf_weights import read_gguf
 from backend.loading.safetensors_weights import read_hf_folder
 from backend.loading.tokenizer import Tokenizer
@@ -23,31 +26,41 @@ class LoadedModel:
 
 
 def load_model(
-    path: Path, *, device: str = "cpu", dtype: torch.dtype = torch.float32, ops: ModelOps | None = None
+    path: Path,
+    *,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    ops: ModelOps | None = None,
+    quantization: str = "none",
 ) -> LoadedModel:
     """Load a `.gguf` file or an HF folder (`config.json` + `*.safetensors` + `tokenizer.json`) onto `device`.
 
     The model runs `ops`, by default those `backend.executor.ops.ops_for(device, dtype)` picks (Triton on CUDA,
-    torch elsewhere).
+    torch elsewhere). `quantization` (auto, none, int8, int4) keeps matrices quantized on CPU, as
+    `backend.executor.quantized_linear.form_for` says; elsewhere, and where torch lacks the kernels, they
+    stay float.
 
     Raises FileNotFoundError for a missing path and UnsupportedModelError (a ValueError) naming what is not
     supported: architecture, tensor type, tokenizer model.
     """
     path = Path(path).expanduser()
+    if device != "cpu" or not quantized_linear.available():
+        quantization = "none"  # the quantized products are CPU kernels; the GPU path stays dense
     if not path.exists():
         raise FileNotFoundError(f"model not found: {path}")
     freq_factors = None
+    weights: Mapping[str, Weight]
     if path.is_dir():
         config, weights = read_hf_folder(path)
         tokenizer = Tokenizer.from_hf_folder(path, max_context=config.max_position_embeddings)
     elif path.suffix == ".gguf":
-        contents = read_gguf(path)
+        contents = read_gguf(path, keep_blocks=quantization != "none")
         config, weights, freq_factors = contents.config, contents.weights, contents.rope_freq_factors
         tokenizer = Tokenizer.from_gguf_metadata(contents.metadata, max_context=config.max_position_embeddings)
     else:
         raise UnsupportedModelError(f"{path.name}: expected a .gguf file or a folder with config.json")
     with torch.device(device):  # built where it runs: the weights are copied there once, as they load
         model = LlamaModel(config, dtype=dtype, ops=ops, rope_freq_factors=freq_factors)
-    model.load_weights(weights)
+    model.load_weights(weights, quantization)
     model.eval()
     return LoadedModel(config=config, model=model, tokenizer=tokenizer)

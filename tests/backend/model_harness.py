@@ -13,7 +13,7 @@ BLOCK_SIZE = 16
 def make_kv_caches(model: LlamaModel, num_blocks: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     cfg = model.config
     shape = (num_blocks, BLOCK_SIZE, cfg.num_kv_heads, cfg.head_dim)
-    dev = model.embed_tokens.device
+    dev = model.norm.weight.device
     return [
         (torch.zeros(shape, dtype=model.dtype, device=dev), torch.zeros(shape, dtype=model.dtype, device=dev))
         for _ in range(cfg.num_layers)
@@ -50,7 +50,7 @@ def paged_greedy(model: LlamaModel, prompt: list[int], new_tokens: int) -> list[
     out: list[int] = []
     pos, chunk = 0, prompt
     for _ in range(new_tokens):
-        dev = model.embed_tokens.device
+        dev = model.norm.weight.device
         plan = plan_for(model, single_sequence_meta(blocks, pos, len(chunk), dev))
         hidden = model(torch.tensor(chunk, device=dev), torch.arange(pos, pos + len(chunk), device=dev), caches, plan)
         token = int(model.compute_logits(hidden[-1:]).argmax(-1))
@@ -63,7 +63,7 @@ def prefill_logits(model: LlamaModel, prompt: list[int]) -> torch.Tensor:
     """Logits `[len(prompt), vocab]` of one prompt run in a single prefill."""
     blocks = list(range(1, 1 + -(-len(prompt) // BLOCK_SIZE)))
     caches = make_kv_caches(model, len(blocks) + 1)
-    dev = model.embed_tokens.device
+    dev = model.norm.weight.device
     plan = plan_for(model, single_sequence_meta(blocks, 0, len(prompt), dev))
     hidden = model(torch.tensor(prompt, device=dev), torch.arange(len(prompt), device=dev), caches, plan)
     return model.compute_logits(hidden)

@@ -1,0 +1,124 @@
+"""Perplexity of each `--quantization` mode on a fixed text, and greedy agreement of `auto` with `none`.
+
+    python -m bench.perplexity [--model smollm2] [--modes none,auto,int8,int4] [--threads 1] [--json PATH]
+
+The text (bench/data/perplexity.txt, about 800 tokens) is public domain: the Gettysburg Address, the opening
+of the Declaration of Independence, the Preamble and the First Amendment of the US Constitution. It is scored
+in one sequence, in chunks of 128 tokens over a paged cache, as the engine would prefill it. Then twelve varied
+prompts are decoded greedily for 48 tokens by an engine in each mode; the report counts how many outputs of
+each mode equal those of `none`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from backend.engine.core import Engine, EngineConfig
+from backend.engine.sampling_params import SamplingParams
+from backend.executor.attention import AttentionMetadata
+from backend.executor.model import LlamaModel
+from backend.loading.loader import LoadedModel, load_model
+from backend.loading.model_cache import resolve
+
+TEXT = Path(__file__).parent / "data" / "perplexity.txt"
+CHUNK = 128
+BLOCK = 16
+GREEDY_TOKENS = 48
+PROMPTS = [
+    "The largest planet in the solar system is",
+    "def binary_search(items, target):",
+    "It was a dark and stormy night, and the lighthouse keeper",
+    "2, 4, 8, 16, 32,",
+    "Translate to Spanish: Where is the train station?",
+    "La capitale de l'Italie est",
+    "Three tips for better sleep:\n1.",
+    "The mitochondria is the powerhouse of",
+    "SELECT name, email FROM users WHERE",
+    "Q: What is 12 times 12?\nA:",
+    "Dear hiring manager, I am writing to apply for",
+    "The quick brown fox",
+]
+
+
+def perplexity(model: LlamaModel, ids: list[int]) -> float:
+    """exp(mean negative log-likelihood) of each token after the first, given all tokens before it."""
+    cfg = model.config
+    blocks = -(-len(ids) // BLOCK)
+    shape = (blocks, BLOCK, cfg.num_kv_heads, cfg.head_dim)
+    caches = [(torch.zeros(shape, dtype=model.dtype), torch.zeros(shape, dtype=model.dtype)) for _ in range(cfg.num_layers)]
+    table = torch.arange(blocks, dtype=torch.int32).view(1, blocks)
+    nll, count = 0.0, 0
+    for start in range(0, len(ids) - 1, CHUNK):
+        chunk = ids[start : min(start + CHUNK, len(ids) - 1)]
+        end = start + len(chunk)
+        meta = AttentionMetadata(
+            query_start_loc=torch.tensor([0, len(chunk)], dtype=torch.int32),
+            context_lens=torch.tensor([end], dtype=torch.int32),
+            block_tables=table,
+            slot_mapping=torch.arange(start, end),  # blocks in order: a position is its slot
+            max_query_len=len(chunk),
+            max_context_len=end,
+        )
+        plan = model.ops.attention.plan(meta, BLOCK, model.dtype)
+        hidden = model(torch.tensor(chunk), torch.arange(start, end), caches, plan)
+        logprobs = torch.log_softmax(model.compute_logits(hidden), dim=-1)
+        targets = torch.tensor(ids[start + 1 : end + 1])
+        nll -= float(logprobs.gather(1, targets.unsqueeze(1)).sum())
+        count += len(chunk)
+    return math.exp(nll / count)
+
+
+def greedy_outputs(loaded: LoadedModel, model_path: Path) -> list[list[int]]:
+    tok = loaded.tokenizer
+    prompts = [tok.encode(p) for p in PROMPTS]
+    params = SamplingParams(max_tokens=GREEDY_TOKENS, min_tokens=GREEDY_TOKENS, temperature=0.0)
+    engine = Engine(EngineConfig(model_path, kv_cache_memory=32 << 20), loaded=loaded)
+    try:
+        return [c.token_ids for c in engine.generate_offline(prompts, params)]
+    finally:
+        engine.shutdown()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.perplexity", description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="smollm2", help="a .gguf file, an HF folder or a named model")
+    parser.add_argument("--modes", default="none,auto,int8,int4", help="comma-separated; none comes first")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", type=Path, help="write the results here too")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    model_path = resolve(args.model)
+    modes = ["none", *(m for m in args.modes.split(",") if m != "none")]
+    rows: list[dict[str, object]] = []
+    reference: list[list[int]] = []
+    for mode in modes:
+        started = time.perf_counter()
+        loaded = load_model(model_path, quantization=mode)
+        ids = loaded.tokenizer.encode(TEXT.read_text())
+        ppl = perplexity(loaded.model, ids)
+        outputs = greedy_outputs(loaded, model_path)
+        reference = reference or outputs
+        same = sum(a == b for a, b in zip(outputs, reference, strict=True))
+        rows.append({"mode": mode, "tokens": len(ids), "perplexity": ppl, "greedy_equal_to_none": same,
+                     "prompts": len(PROMPTS), "seconds": round(time.perf_counter() - started, 1)})
+        del loaded
+    base = float(rows[0]["perplexity"])  # type: ignore[arg-type]
+    print(f"| mode | perplexity | vs none | greedy {GREEDY_TOKENS}-token outputs equal to none |")
+    print("| --- | --- | --- | --- |")
+    for row in rows:
+        ppl = float(row["perplexity"])  # type: ignore[arg-type]
+        row["relative_to_none"] = ppl / base - 1
+        print(f"| {row['mode']} | {ppl:.4f} | {100 * (ppl / base - 1):+.2f}% | "
+              f"{row['greedy_equal_to_none']} of {row['prompts']} |")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
