@@ -6,7 +6,6 @@ import argparse
 import base64
 import re
 from pathlib import Path, PurePosixPath
-from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -16,6 +15,7 @@ import yaml
 from pydantic import BaseModel
 from starlette.routing import Route
 
+from backend.engine.records import EngineStats
 from backend.server.app import BackendServer
 from backend.server.metrics import BackendMetrics
 from config import GatewaySettings, Settings
@@ -167,8 +167,8 @@ def test_backend_autoscaler_reads_the_queue_depth_the_backends_export(
     assert re.fullmatch(rule["name"]["matches"], series)
     assert set(rule["resources"]["overrides"]) == {"namespace", "pod"}, "a Pods metric needs the pod label"
     # the series is one a real backend renders on /metrics
-    stats = SimpleNamespace(num_running=1, num_waiting=3, kv_usage=0.5, kv_blocks_total=8, kv_blocks_free=4,
-                            prefix_cache_queries=0, prefix_cache_hits=0, num_preemptions=0, steps=1)
+    stats = EngineStats(num_running=1, num_waiting=3, kv_usage=0.5, kv_blocks_total=8, kv_blocks_free=4,
+                        prefix_cache_queries=0, prefix_cache_hits=0, num_preemptions=0, steps=1)
     exported = BackendMetrics("smollm2", lambda: stats).render().decode()
     assert re.search(rf'^{series}\{{model_name="smollm2"\}} 3\.0$', exported, re.MULTILINE)
     # and Prometheus scrapes it from the port and path the backend serves it on

@@ -20,6 +20,7 @@ from tests.backend.engine_fixtures import REFERENCE_TOKENS
 loaded_model = engine_fixtures.loaded_model
 prompt_ids = engine_fixtures.prompt_ids
 reference_tokens = engine_fixtures.reference_tokens
+hf_model = engine_fixtures.hf_model
 make_engine = engine_fixtures.make_engine
 
 # The first test to ask for the transformers reference builds it: minutes when the CPU is shared.
