@@ -19,6 +19,7 @@ from tests.gateway.harness import ADMIN_KEY
 from tests.gateway.upstreams import MockUpstream
 from tests.redis_cluster import RedisClusterServers
 from tests.servers import RedisServer, free_port, wait_for_health
+from tests.waiting import wait_until_async
 
 Start = Callable[..., Awaitable[MockUpstream]]
 
@@ -126,9 +127,18 @@ async def test_sigterm_stops_accepting_but_lets_a_stream_in_flight_finish(upstre
                 lines = response.aiter_lines()
                 received = [await anext(lines)]
                 proc.terminate()
-                await asyncio.sleep(0.5)  # the signal is handled on the gateway's event loop
-                with pytest.raises(httpx.ConnectError):
-                    await http.get(f"{url}/health")
+
+                async def refuses_connections() -> bool:
+                    try:
+                        await http.get(f"{url}/health")
+                    except httpx.ConnectError:
+                        return True
+                    except httpx.RemoteProtocolError:  # accepted while the listener was closing
+                        return False
+                    return False
+
+                # the signal is handled on the gateway's event loop: wait until its listener is closed
+                await wait_until_async(refuses_connections, timeout=10, what="the gateway refusing new connections")
                 received += [line async for line in lines]
         events = [line.removeprefix("data: ") for line in received if line.startswith("data: ")]
         assert events[-1] == "[DONE]"

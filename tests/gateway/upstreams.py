@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.servers import free_port
+from tests.waiting import wait_until_async
 
 # what an upstream must never pass to clients: its own API key and an internal URL
 LEAKED = "key sk-live-9f8e7d6c5b4a39281706 at http://10.0.3.7:8000/internal/v1"
@@ -199,8 +200,8 @@ async def serve_in_loop(app: Starlette, port: int) -> tuple[uvicorn.Server, asyn
                             lifespan="off")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
+    await wait_until_async(lambda: server.started, timeout=30, what="the loopback server accepting connections",
+                           interval=0.01)
     return server, task
 
 
