@@ -6,6 +6,8 @@ bfloat16 activations only (float32 ones ran 10-30x slower on AVX2), so the activ
 for the product and its result is returned in the caller's dtype. GGML's Q4_0 and Q4_1 blocks map exactly
 onto the int4 form (their float16 scales rounded to bfloat16); Q8_0's per-block scales do not fit the
 per-row int8 form, so Q8_0 matrices are requantized per row (docs/engine.md gives the perplexity cost).
+Where the block kernel builds (block_kernel.py), `auto` keeps the file's blocks instead and multiplies them
+exactly in float32 (block_linear.py); these torch forms are then what `int4` and `int8` ask for.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from backend.executor import block_kernel
+from backend.executor.block_linear import BlockWeight, from_blocks
 from backend.executor.quant_blocks import BLOCK, BlockQuantized, Weight, as_float
 
 GROUP = BLOCK  # inputs per int4 scale; GGML's block size, so Q4 blocks keep their own scales
@@ -49,7 +53,7 @@ class Int8Weight:
         return (self.weight[ids].to(torch.float32) * self.scales[ids].to(torch.float32).unsqueeze(-1)).to(dtype)
 
 
-QuantizedWeight = Int4Weight | Int8Weight
+QuantizedWeight = Int4Weight | Int8Weight | BlockWeight
 
 
 def _rows(x: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
@@ -101,16 +105,23 @@ def _bf16(values: torch.Tensor) -> torch.Tensor:
 
 
 def form_for(mode: str, weight: Weight) -> str:
-    """How a matrix is kept under `--quantization mode`: "dense", "int4" or "int8". `auto` keeps the file's
-    own blocks (Q4_0/Q4_1 as int4, Q8_0 as int8) and float matrices float."""
+    """How a matrix is kept under `--quantization mode`: "dense", "blocks", "int4" or "int8". `auto` keeps the
+    file's own blocks for the block kernel (where it does not build: Q4_0/Q4_1 as int4, Q8_0 as int8) and float
+    matrices float."""
     if mode in ("int4", "int8"):
         return mode
     if mode == "auto" and isinstance(weight, BlockQuantized):
+        if block_kernel.load() is not None:
+            return "blocks"
         return "int8" if weight.kind == "Q8_0" else "int4"
     return "dense"
 
 
 def quantize(weight: Weight, form: str) -> QuantizedWeight:
+    if form == "blocks":
+        kernel = block_kernel.load()
+        assert isinstance(weight, BlockQuantized) and kernel is not None, "form_for chose blocks"
+        return from_blocks(weight, kernel)
     return quantize_int4(weight) if form == "int4" else quantize_int8(weight)
 
 

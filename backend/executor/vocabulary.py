@@ -1,10 +1,14 @@
 """The quantized token table: the embedding's rows and the output head's product, one copy when they are tied.
 
-The head's product over the whole vocabulary runs on int8 weights with bfloat16 activations and results
-(quantized_linear.py); bfloat16 keeps 8 bits of a logit, 0.125 apart near 20, which makes ties of tokens that
-float32 tells apart. So the few leading candidates of each row are recomputed in float32 from the file's own
-rows, and the greedy choice (and the top of any sampled one) is then that of the float model up to its
-inputs. The embedding looks up the same exact rows.
+Where the file holds the table in Q4_0/Q4_1/Q8_0 blocks and the block kernel builds (block_kernel.py), both run
+on those blocks, exactly: the head's product is the float32 one of the file's values (block_linear.py) and
+the embedding dequantizes the file's rows.
+
+Elsewhere the head's product over the whole vocabulary runs on int8 weights with bfloat16 activations and
+results (quantized_linear.py); bfloat16 keeps 8 bits of a logit, 0.125 apart near 20, which makes ties of
+tokens that float32 tells apart. So the few leading candidates of each row are recomputed in float32 from the
+file's own rows, and the greedy choice (and the top of any sampled one) is then that of the float model up to
+its inputs. The embedding looks up the same exact rows.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from backend.executor import block_kernel
+from backend.executor.block_linear import BlockWeight, from_blocks
 from backend.executor.quant_blocks import BlockQuantized
 from backend.executor.quantized_linear import Int8Weight
 
@@ -21,10 +27,16 @@ REFINED = 16  # candidates per row recomputed in float32: far more than bfloat16
 
 @dataclass(slots=True)
 class Vocabulary:
-    """`table` for the product over every token; `exact`: the file's quantized rows, when it had them."""
+    """`table` for the product over every token; `exact`: the file's quantized rows, when it had them (given
+    with an int8 table; replaced by the kernel's form of the same blocks where the kernel loads)."""
 
-    table: Int8Weight
+    table: Int8Weight | BlockWeight
     exact: BlockQuantized | None
+
+    def __post_init__(self) -> None:
+        kernel = block_kernel.load() if self.exact is not None else None
+        if self.exact is not None and kernel is not None:
+            self.table, self.exact = from_blocks(self.exact, kernel), None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -37,9 +49,11 @@ class Vocabulary:
         return self.exact.take_rows(ids).dequantize().to(dtype)
 
     def linear(self, hidden: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits `[R, vocab]` in float32, the leading `REFINED` of each row computed in float32."""
+        """Logits `[R, vocab]` in float32: exact from blocks, else the leading `REFINED` of each row in float32."""
         assert bias is None, "a vocabulary head has no bias"
         logits = self.table.linear(hidden).float()
+        if isinstance(self.table, BlockWeight):
+            return logits
         top = logits.topk(min(REFINED, logits.shape[-1]), dim=-1).indices
         rows = self.rows(top.flatten(), torch.float32).view(*top.shape, -1)
         exact = torch.bmm(rows, hidden.float().unsqueeze(-1)).squeeze(-1)

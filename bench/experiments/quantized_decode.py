@@ -5,29 +5,105 @@
 Each mode's model decodes one token at a time after the same prompt; rounds of 8 steps alternate between the
 modes so that load from other work falls on all alike. Reports median and p90 wall time per step, median CPU
 time per step (all threads), and the process's resident memory after loading every mode.
+
+    .venv/bin/python -m bench.experiments.quantized_decode --products --rows 1,8,32,128 --threads 1,2
+
+times only the matrix products of one step instead: the four matrices of each of the 30 layers of
+SmolLM2-135M's shapes (distinct Q4_1 weights per layer, head excluded), in each form: float32 through oneDNN,
+torch's int4 pack (bfloat16 activations), and the block kernel both as it multiplies and as dequantize + GEMM.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
+import time
+from collections.abc import Callable
 
 import torch
+from gguf import GGMLQuantizationType
+from gguf.quants import quantize
 
+from backend.executor import block_kernel, cpu_linear
+from backend.executor.block_linear import KINDS, BlockWeight, from_blocks
+from backend.executor.quant_blocks import BlockQuantized
+from backend.executor.quantized_linear import quantize_int4
 from backend.loading.loader import load_model
 from backend.loading.model_cache import resolve
 from bench.experiments.model_decode import OurDecoder, timed
 
+_SHAPES = ((960, 576), (576, 576), (3072, 576), (576, 1536))  # qkv, o, gate_up, down of SmolLM2-135M
+_LAYERS = 30
+
+
+def _packed_product(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+    return cpu_linear.linear(x, packed)
+
+
+def _kernel_product(x: torch.Tensor, weight: BlockWeight) -> torch.Tensor:
+    """The kernel at every row count (`BlockWeight.linear` switches to dequantize + GEMM for many rows)."""
+    out: torch.Tensor = weight.kernel.linear(x, weight.quants, weight.scales, weight.mins, KINDS[weight.kind])
+    return out
+
+
+def _forms() -> dict[str, list[Callable[[torch.Tensor], torch.Tensor]]]:
+    """One product per matrix of every layer, in each form."""
+    kernel = block_kernel.load()
+    forms: dict[str, list[Callable[[torch.Tensor], torch.Tensor]]] = {"float32": [], "int4pack": []}
+    if kernel is not None:
+        forms |= {"kernel": [], "dequant+gemm": []}
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(_LAYERS):
+        for out, inp in _SHAPES:
+            w = torch.randn(out, inp, generator=gen) * 0.05
+            blocks = BlockQuantized("Q4_1", torch.from_numpy(quantize(w.numpy(), GGMLQuantizationType.Q4_1)), (out, inp))
+            packed = cpu_linear.pack(blocks.dequantize())
+            forms["float32"].append(functools.partial(_packed_product, packed=packed))
+            forms["int4pack"].append(quantize_int4(blocks).linear)
+            if kernel is not None:
+                weight = from_blocks(blocks, kernel)
+                forms["kernel"].append(functools.partial(_kernel_product, weight=weight))
+                forms["dequant+gemm"].append(weight._dense_product)
+    return forms
+
+
+def products(rows: list[int], threads: list[int], repeats: int) -> None:
+    forms = _forms()
+    print(f"ms for all products of one step ({_LAYERS} layers, head excluded), median of {repeats}")
+    print(f"{'threads':>7}{'rows':>6}" + "".join(f"{name:>14}" for name in forms))
+    for n in threads:
+        torch.set_num_threads(n)
+        for r in rows:
+            x = torch.randn(r, 1536)
+            timings = []
+            for products in forms.values():
+                samples = []
+                for _ in range(repeats):
+                    started = time.perf_counter()
+                    for product, (_, inp) in zip(products, _SHAPES * _LAYERS, strict=True):
+                        product(x[:, :inp])
+                    samples.append(time.perf_counter() - started)
+                timings.append(1000 * statistics.median(samples))
+            print(f"{n:>7}{r:>6}" + "".join(f"{t:>14.1f}" for t in timings))
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--products", action="store_true", help="time the matrix products alone")
+    parser.add_argument("--rows", default="1,8,32,128", help="with --products: activation rows")
+    parser.add_argument("--repeats", type=int, default=5, help="with --products: timed steps per cell")
     parser.add_argument("--modes", default="none,auto")
     parser.add_argument("--context", type=int, default=256, help="prompt length before decoding")
     parser.add_argument("--steps", type=int, default=64, help="decode steps per mode, in rounds of 8")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", default="1", help="a thread count (with --products: a list)")
     parser.add_argument("--model", default="smollm2")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    threads = [int(n) for n in args.threads.split(",")]
+    if args.products:
+        products([int(r) for r in args.rows.split(",")], threads, args.repeats)
+        return
+    torch.set_num_threads(threads[0])
     path = resolve(args.model)
     prompt = [int(t) for t in torch.randint(100, 40000, (args.context,), generator=torch.Generator().manual_seed(0))]
     modes = args.modes.split(",")
@@ -39,7 +115,7 @@ def main() -> None:
             wall, cpu, tokens[mode] = timed(decoder, tokens[mode], 8)
             results[mode][0].extend(wall)
             results[mode][1].extend(cpu)
-    print(f"batch-1 decode, context {args.context}, {args.threads} threads, {args.steps} steps each")
+    print(f"batch-1 decode, context {args.context}, {threads[0]} threads, {args.steps} steps each")
     print(f"{'mode':<8}{'median ms':>10}{'p90 ms':>10}{'cpu ms':>10}")
     for mode, (wall, cpu) in results.items():
         p90 = statistics.quantiles(wall, n=10)[-1]

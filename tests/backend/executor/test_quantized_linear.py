@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize, quantize
 
-from backend.executor import quantized_linear
+from backend.executor import block_kernel, quantized_linear
+from backend.executor.block_linear import BlockWeight
 from backend.executor.quant_blocks import BlockQuantized
 from backend.executor.quantized_linear import Int4Weight, Int8Weight, quantize_int4, quantize_int8
 from backend.executor.vocabulary import Vocabulary
@@ -68,6 +69,12 @@ def test_int8_rows_are_the_embedding_lookup() -> None:
     assert _relative_error(table.rows(ids, torch.float32), w[ids]) < 1e-2
 
 
+@pytest.fixture
+def without_block_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(block_kernel, "load", lambda: None)
+
+
+@pytest.mark.usefixtures("without_block_kernel")
 def test_vocabulary_rows_are_the_files_and_its_leading_logits_float32() -> None:
     blocks, reference = _blocks("Q8_0", rows=300, cols=64)
     vocab, table = Vocabulary(quantize_int8(blocks), blocks), torch.from_numpy(reference)
@@ -95,13 +102,29 @@ BLOCK_TYPES = {
 }
 
 
-def test_auto_keeps_the_files_blocks_and_its_logits(tmp_path: Path) -> None:
+@pytest.mark.skipif(block_kernel.load() is None, reason="the block kernel does not build here")
+def test_auto_multiplies_the_files_blocks_exactly(tmp_path: Path) -> None:
+    path = _tiny_gguf(tmp_path, BLOCK_TYPES)
+    exact, auto = load_model(path).model, load_model(path, quantization="auto").model
+    first, second = auto.layers[0], auto.layers[1]
+    assert all(isinstance(m, BlockWeight) for m in (first.qkv_proj, first.o_proj, first.down_proj))
+    assert isinstance(first.gate_up_proj, torch.Tensor), "Q4_1 gate and Q4_0 up merge into one float matrix"
+    assert isinstance(second.down_proj, torch.Tensor)
+    assert isinstance(auto.embed_tokens, Vocabulary) and auto.lm_head is auto.embed_tokens
+    assert isinstance(auto.embed_tokens.table, BlockWeight)
+    # the file's values in float32 arithmetic: only the summation order differs from the float model
+    assert _relative_error(prefill_logits(auto, PROMPT), prefill_logits(exact, PROMPT)) < 1e-5
+
+
+@pytest.mark.usefixtures("without_block_kernel")
+def test_auto_without_the_block_kernel_keeps_torchs_forms(tmp_path: Path) -> None:
     path = _tiny_gguf(tmp_path, BLOCK_TYPES)
     exact, auto = load_model(path).model, load_model(path, quantization="auto").model
     first, second = auto.layers[0], auto.layers[1]
     assert isinstance(first.qkv_proj, Int4Weight) and isinstance(first.o_proj, Int4Weight)
     assert isinstance(first.down_proj, Int8Weight) and isinstance(second.down_proj, torch.Tensor)
     assert isinstance(auto.embed_tokens, Vocabulary) and auto.lm_head is auto.embed_tokens
+    assert isinstance(auto.embed_tokens.table, Int8Weight)
     assert isinstance(exact.layers[0].qkv_proj, torch.Tensor)
     assert _relative_error(prefill_logits(auto, PROMPT), prefill_logits(exact, PROMPT)) < 0.02
 

@@ -1,0 +1,122 @@
+"""Building and loading the C++ kernel that multiplies with GGML's blocks (csrc/block_matmul.cpp).
+
+It is compiled once per machine with torch's extension tooling (ninja and a C++ compiler) into
+`~/.cache/tidegate/kernels/<torch version>-<source hash>/` (or `$TIDEGATE_KERNEL_DIR`), and loaded from there
+by every later process. A build goes to a fresh temporary folder that is renamed into place when it is done,
+so processes building at the same time never read a half-written library: the first rename wins, and the
+others load their own complete copy. Where the build cannot happen (no compiler, no ninja, an error), `load`
+warns once and returns None, and the quantized matrices keep torch's int4/int8 forms.
+
+    python -m backend.executor.block_kernel build    # what `make setup` runs, so no server pays the build
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+log = logging.getLogger(__name__)
+
+NAME = "tidegate_block_matmul"
+SOURCE = Path(__file__).with_name("csrc") / "block_matmul.cpp"
+_FLAGS = ["-O3", "-std=c++17"]
+BUILD_SECONDS = 80  # measured on a busy 2-core machine (65-85 s); the log line tells users what the first start costs
+
+
+def cache_dir() -> Path:
+    """Where this torch and this source's build lives."""
+    root = Path(os.environ.get("TIDEGATE_KERNEL_DIR", "~/.cache/tidegate/kernels")).expanduser()
+    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(_FLAGS).encode()).hexdigest()[:12]
+    return root / f"{torch.__version__}-{digest}"
+
+
+def _library(folder: Path) -> Path | None:
+    found = sorted(folder.glob(f"{NAME}*.so")) if folder.is_dir() else []
+    return found[0] if found else None
+
+
+def _import(library: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(NAME, library)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _compile(build_dir: Path) -> ModuleType:
+    from torch.utils import cpp_extension  # imported late: it is slow, and only a build needs it
+
+    _put_ninja_on_path()
+    module: ModuleType = cpp_extension.load(
+        name=NAME, sources=[str(SOURCE)], build_directory=str(build_dir), extra_cflags=_FLAGS, verbose=False
+    )
+    return module
+
+
+def _put_ninja_on_path() -> None:
+    """torch runs `ninja` from PATH; the PyPI package's binary sits in a venv that may not be activated."""
+    try:
+        import ninja
+    except ImportError:
+        return
+    os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, os.environ.get("PATH", "")])
+
+
+def _build(target: Path) -> ModuleType:
+    log.warning("building the CPU quantized kernel once, ~%d s (into %s)", BUILD_SECONDS, target)
+    started = time.monotonic()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
+    try:
+        module = _compile(scratch)
+        with contextlib.suppress(OSError):  # another process finished first; its library is as good as ours
+            scratch.rename(target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    log.warning("built the CPU quantized kernel in %.0f s", time.monotonic() - started)
+    return module
+
+
+def _load() -> ModuleType | None:
+    target = cache_dir()
+    try:
+        library = _library(target)
+        return _import(library) if library is not None else _build(target)
+    except Exception as exc:  # a missing compiler or ninja surfaces as any of several exception types
+        log.warning("the CPU quantized kernel is unavailable (%s); quantized matrices use torch's int4/int8 forms",
+                    str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__)
+        return None
+
+
+@functools.cache
+def load() -> ModuleType | None:
+    """The kernel module (`linear`, `dequantize`, `uses_avx2`), built on first use; None where it cannot be."""
+    return _load()
+
+
+def main(argv: list[str]) -> int:
+    if argv != ["build"]:
+        print("usage: python -m backend.executor.block_kernel build", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    module = load()
+    if module is None:
+        return 1
+    print(f"CPU quantized kernel ready in {cache_dir()} (AVX2 path: {module.uses_avx2()})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,252 @@
+// y = x @ W.T for float32 activations and a weight kept in GGML's 32-value blocks (Q4_0, Q4_1, Q8_0).
+//
+// The weight arrives repacked (backend/executor/block_kernel.py): quants [out, in / 2] (Q4, GGML's nibble
+// order: low nibbles are a block's first 16 values) or [out, in] (Q8_0, int8), and the file's float16 scales
+// d (and Q4_1's minimums m) as [out, in / 32]. Each block is dequantized exactly, to the float32 values the
+// file holds (q * d for Q8_0, (q - 8) * d for Q4_0, q * d + m for Q4_1: each product is exact in float32),
+// and multiplied with float32 FMAs, so the result equals F.linear(x, dequantized) up to summation order.
+// An AVX2+FMA+F16C path is chosen at run time; a scalar path runs elsewhere. Nothing needs AVX-512.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <c10/util/Half.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace {
+
+enum Kind : int64_t { Q4_0 = 0, Q4_1 = 1, Q8_0 = 2 };
+constexpr int64_t kBlock = 32;
+constexpr int64_t kTile = 8;  // activation rows that share one dequantized block
+
+struct Matrix {
+  const uint8_t* quants;
+  const c10::Half* scales;
+  const c10::Half* mins;  // Q4_1 only
+  int64_t in;
+  Kind kind;
+
+  int64_t blocks() const { return in / kBlock; }
+  int64_t row_bytes() const { return kind == Q8_0 ? in : in / 2; }
+};
+
+// The 32 float32 values of block b of output row o.
+void dequantize_block_scalar(const Matrix& w, int64_t o, int64_t b, float* out) {
+  const int64_t nb = w.blocks();
+  const float d = static_cast<float>(w.scales[o * nb + b]);
+  const uint8_t* q = w.quants + o * w.row_bytes() + b * (w.kind == Q8_0 ? kBlock : kBlock / 2);
+  if (w.kind == Q8_0) {
+    for (int j = 0; j < kBlock; ++j) out[j] = static_cast<float>(static_cast<int8_t>(q[j])) * d;
+    return;
+  }
+  const float m = w.kind == Q4_1 ? static_cast<float>(w.mins[o * nb + b]) : 0.0f;
+  const int offset = w.kind == Q4_0 ? 8 : 0;
+  for (int j = 0; j < kBlock / 2; ++j) {
+    out[j] = static_cast<float>((q[j] & 15) - offset) * d + m;
+    out[j + 16] = static_cast<float>((q[j] >> 4) - offset) * d + m;
+  }
+}
+
+void rows_scalar(const Matrix& w, const float* x, int64_t rows, float* y, int64_t out_features,
+                 int64_t begin, int64_t end) {
+  float block[kBlock];
+  for (int64_t o = begin; o < end; ++o) {
+    for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+      const int64_t tile = std::min(kTile, rows - r0);
+      float acc[kTile] = {};
+      for (int64_t b = 0; b < w.blocks(); ++b) {
+        dequantize_block_scalar(w, o, b, block);
+        for (int64_t r = 0; r < tile; ++r) {
+          const float* xr = x + (r0 + r) * w.in + b * kBlock;
+          float sum = 0.0f;
+          for (int j = 0; j < kBlock; ++j) sum += block[j] * xr[j];
+          acc[r] += sum;
+        }
+      }
+      for (int64_t r = 0; r < tile; ++r) y[(r0 + r) * out_features + o] = acc[r];
+    }
+  }
+}
+
+#if defined(__x86_64__)
+#define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+
+AVX2_TARGET inline float half_to_float(c10::Half h) { return _cvtsh_ss(h.x); }
+
+AVX2_TARGET inline void dequantize_block_avx2(const Matrix& w, int64_t o, int64_t b, __m256 v[4]) {
+  const int64_t nb = w.blocks();
+  const __m256 d = _mm256_set1_ps(half_to_float(w.scales[o * nb + b]));
+  __m128i parts[4];
+  if (w.kind == Q8_0) {
+    const uint8_t* q = w.quants + o * w.row_bytes() + b * kBlock;
+    for (int i = 0; i < 4; ++i) parts[i] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8 * i));
+  } else {
+    const uint8_t* q = w.quants + o * w.row_bytes() + b * (kBlock / 2);
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+    const __m128i low4 = _mm_set1_epi8(15);
+    __m128i lo = _mm_and_si128(raw, low4);
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low4);
+    if (w.kind == Q4_0) {
+      lo = _mm_sub_epi8(lo, _mm_set1_epi8(8));
+      hi = _mm_sub_epi8(hi, _mm_set1_epi8(8));
+    }
+    parts[0] = lo;
+    parts[1] = _mm_srli_si128(lo, 8);
+    parts[2] = hi;
+    parts[3] = _mm_srli_si128(hi, 8);
+  }
+  for (int i = 0; i < 4; ++i) v[i] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[i]));
+  if (w.kind == Q4_1) {
+    const __m256 m = _mm256_set1_ps(half_to_float(w.mins[o * nb + b]));
+    for (int i = 0; i < 4; ++i) v[i] = _mm256_fmadd_ps(v[i], d, m);  // q * d is exact: one rounding, as q * d + m
+  } else {
+    for (int i = 0; i < 4; ++i) v[i] = _mm256_mul_ps(v[i], d);
+  }
+}
+
+AVX2_TARGET inline float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+// One output row against a tile of R activation rows; A accumulators per row keep enough FMAs in flight.
+template <int R>
+AVX2_TARGET void tile_avx2(const Matrix& w, int64_t o, const float* x, float* y, int64_t out_features) {
+  constexpr int A = R <= 2 ? 4 : (R <= 4 ? 2 : 1);
+  __m256 acc[R][A];
+  for (int r = 0; r < R; ++r)
+    for (int a = 0; a < A; ++a) acc[r][a] = _mm256_setzero_ps();
+  __m256 v[4];
+  for (int64_t b = 0; b < w.blocks(); ++b) {
+    dequantize_block_avx2(w, o, b, v);
+    for (int r = 0; r < R; ++r) {
+      const float* xr = x + r * w.in + b * kBlock;
+      for (int i = 0; i < 4; ++i) acc[r][i % A] = _mm256_fmadd_ps(v[i], _mm256_loadu_ps(xr + 8 * i), acc[r][i % A]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    __m256 total = acc[r][0];
+    for (int a = 1; a < A; ++a) total = _mm256_add_ps(total, acc[r][a]);
+    y[r * out_features + o] = hsum(total);
+  }
+}
+
+// Output rows in groups of kRowGroup against each activation tile in turn: the group's quantized rows and
+// the tile stay in L1 while every pair is multiplied.
+constexpr int64_t kRowGroup = 16;
+
+AVX2_TARGET void rows_avx2(const Matrix& w, const float* x, int64_t rows, float* y, int64_t out_features,
+                           int64_t begin, int64_t end) {
+  for (int64_t g = begin; g < end; g += kRowGroup)
+    for (int64_t r0 = 0; r0 < rows; r0 += kTile)
+      for (int64_t o = g; o < std::min(end, g + kRowGroup); ++o) {
+      const float* xt = x + r0 * w.in;
+      float* yt = y + r0 * out_features;
+      switch (std::min(kTile, rows - r0)) {
+        case 1: tile_avx2<1>(w, o, xt, yt, out_features); break;
+        case 2: tile_avx2<2>(w, o, xt, yt, out_features); break;
+        case 3: tile_avx2<3>(w, o, xt, yt, out_features); break;
+        case 4: tile_avx2<4>(w, o, xt, yt, out_features); break;
+        case 5: tile_avx2<5>(w, o, xt, yt, out_features); break;
+        case 6: tile_avx2<6>(w, o, xt, yt, out_features); break;
+        case 7: tile_avx2<7>(w, o, xt, yt, out_features); break;
+        default: tile_avx2<8>(w, o, xt, yt, out_features); break;
+      }
+    }
+}
+
+AVX2_TARGET void dequantize_rows_avx2(const Matrix& w, float* out, int64_t begin, int64_t end) {
+  __m256 v[4];
+  for (int64_t o = begin; o < end; ++o)
+    for (int64_t b = 0; b < w.blocks(); ++b) {
+      dequantize_block_avx2(w, o, b, v);
+      float* dst = out + (o - begin) * w.in + b * kBlock;
+      for (int i = 0; i < 4; ++i) _mm256_storeu_ps(dst + 8 * i, v[i]);
+    }
+}
+#endif
+
+std::atomic<bool> scalar_only{false};  // set by tests, so that the portable path runs on AVX2 machines too
+
+bool use_avx2() {
+#if defined(__x86_64__)
+  static const bool supported =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return supported && !scalar_only.load();
+#else
+  return false;
+#endif
+}
+
+void set_scalar_only(bool value) { scalar_only.store(value); }
+
+Matrix matrix_of(const torch::Tensor& quants, const torch::Tensor& scales, const c10::optional<torch::Tensor>& mins,
+                 int64_t kind) {
+  TORCH_CHECK(kind >= Q4_0 && kind <= Q8_0, "unknown block kind ", kind);
+  TORCH_CHECK(quants.dtype() == torch::kUInt8 && quants.is_contiguous() && quants.dim() == 2, "quants: uint8 [out, bytes]");
+  TORCH_CHECK(scales.dtype() == torch::kFloat16 && scales.is_contiguous(), "scales: float16 [out, in / 32]");
+  const int64_t in = scales.size(1) * kBlock;
+  Matrix w{quants.data_ptr<uint8_t>(), scales.data_ptr<c10::Half>(), nullptr, in, static_cast<Kind>(kind)};
+  TORCH_CHECK(quants.size(1) == w.row_bytes() && scales.size(0) == quants.size(0), "quants and scales disagree");
+  if (w.kind == Q4_1) {
+    TORCH_CHECK(mins.has_value() && mins->dtype() == torch::kFloat16 && mins->is_contiguous() &&
+                mins->sizes() == scales.sizes(), "Q4_1 needs mins shaped as scales");
+    w.mins = mins->data_ptr<c10::Half>();
+  }
+  return w;
+}
+
+// The grain keeps each task a few hundred microseconds of work at least: small matrices stay on one thread.
+int64_t grain_for(int64_t in, int64_t rows) { return std::max<int64_t>(1, 65536 / (in * std::max<int64_t>(rows, 1))); }
+
+torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& quants, const torch::Tensor& scales,
+                           const c10::optional<torch::Tensor>& mins, int64_t kind) {
+  const Matrix w = matrix_of(quants, scales, mins, kind);
+  TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2 && x.size(1) == w.in, "x: float32 [rows, in]");
+  const torch::Tensor xc = x.contiguous();
+  const int64_t rows = xc.size(0), out_features = quants.size(0);
+  torch::Tensor y = torch::empty({rows, out_features}, xc.options());
+  const float* xp = xc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const bool avx2 = use_avx2();
+  at::parallel_for(0, out_features, grain_for(w.in, rows), [&](int64_t begin, int64_t end) {
+#if defined(__x86_64__)
+    if (avx2) return rows_avx2(w, xp, rows, yp, out_features, begin, end);
+#endif
+    rows_scalar(w, xp, rows, yp, out_features, begin, end);
+  });
+  return y;
+}
+
+// Output rows [begin, end) of the weight as float32 [end - begin, in], the file's values exactly.
+torch::Tensor dequantize(const torch::Tensor& quants, const torch::Tensor& scales,
+                         const c10::optional<torch::Tensor>& mins, int64_t kind, int64_t begin, int64_t end) {
+  const Matrix w = matrix_of(quants, scales, mins, kind);
+  TORCH_CHECK(0 <= begin && begin <= end && end <= quants.size(0), "row range out of bounds");
+  torch::Tensor out = torch::empty({end - begin, w.in}, torch::TensorOptions().dtype(torch::kFloat32));
+  float* op = out.data_ptr<float>();
+  const bool avx2 = use_avx2();
+  at::parallel_for(begin, end, grain_for(w.in, 1), [&](int64_t b0, int64_t b1) {
+#if defined(__x86_64__)
+    if (avx2) return dequantize_rows_avx2(w, op + (b0 - begin) * w.in, b0, b1);
+#endif
+    for (int64_t o = b0; o < b1; ++o)
+      for (int64_t b = 0; b < w.blocks(); ++b) dequantize_block_scalar(w, o, b, op + (o - begin) * w.in + b * kBlock);
+  });
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("linear", &block_linear, "y = x @ W.T for a weight in GGML blocks");
+  m.def("dequantize", &dequantize, "rows of a weight in GGML blocks as float32");
+  m.def("uses_avx2", &use_avx2, "whether the AVX2+FMA+F16C path runs on this CPU");
+  m.def("set_scalar_only", &set_scalar_only, "run the portable path even where AVX2 is there (tests)");
+}

@@ -1,0 +1,119 @@
+"""The block kernel multiplies with the file's own Q4_0/Q4_1/Q8_0 values: its products equal the float32 product
+of the dequantized matrix up to summation order, on the AVX2 and the portable path, and where it cannot be
+built the quantized forms fall back to torch's, still correct."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from gguf import GGMLQuantizationType as Q
+from gguf.quants import dequantize, quantize
+
+from backend.executor import block_kernel, block_linear
+from backend.executor.block_linear import BlockWeight, from_blocks
+from backend.executor.quant_blocks import BlockQuantized
+from backend.executor.quantized_linear import Int4Weight, Int8Weight, form_for
+from backend.executor.quantized_linear import quantize as quantize_form
+
+KINDS = ["Q4_0", "Q4_1", "Q8_0"]
+kernel = block_kernel.load()
+needs_kernel = pytest.mark.skipif(kernel is None, reason="the block kernel does not build here")
+
+
+def _blocks(kind: str, rows: int = 77, cols: int = 96, seed: int = 0) -> tuple[BlockQuantized, torch.Tensor]:
+    """A matrix in `kind` blocks (out-features 77: not a multiple of any tile) and the file's float32 values."""
+    w = np.random.default_rng(seed).normal(0, 0.05, (rows, cols)).astype(np.float32)
+    raw = quantize(w, Q[kind])
+    return BlockQuantized(kind, torch.from_numpy(raw), (rows, cols)), torch.from_numpy(dequantize(raw, Q[kind]))
+
+
+def _assert_matches(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
+    """Equal up to float32 summation order: within 1e-5 of |x| @ |w|.T, element by element."""
+    bound = x.abs() @ w.abs().T
+    assert out.shape == bound.shape
+    assert bool(((out - F.linear(x, w)).abs() <= 1e-5 * bound).all())
+
+
+@pytest.fixture(params=["avx2", "scalar"])
+def path(request: pytest.FixtureRequest) -> Iterator[str]:
+    assert kernel is not None
+    if request.param == "avx2" and not kernel.uses_avx2():
+        pytest.skip("this CPU lacks AVX2+FMA+F16C")
+    kernel.set_scalar_only(request.param == "scalar")
+    yield request.param
+    kernel.set_scalar_only(False)
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind", KINDS)
+def test_dequantized_rows_are_the_files_values(kind: str, path: str) -> None:
+    blocks, reference = _blocks(kind)
+    assert kernel is not None
+    weight = from_blocks(blocks, kernel)
+    assert torch.equal(weight.dequantize(), reference)
+    ids = torch.tensor([5, 0, 76, 5])
+    assert torch.equal(weight.rows(ids, torch.float32), reference[ids])
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("rows", [1, 3, 8, 33])
+def test_kernel_product_equals_the_dense_product(kind: str, rows: int, path: str) -> None:
+    blocks, reference = _blocks(kind, seed=rows)
+    assert kernel is not None
+    x = torch.randn(rows, 96, generator=torch.Generator().manual_seed(rows))
+    _assert_matches(from_blocks(blocks, kernel).linear(x), x, reference)
+
+
+@needs_kernel
+def test_many_rows_take_the_dense_path_in_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks, reference = _blocks("Q4_1", rows=300, cols=64)
+    assert kernel is not None
+    monkeypatch.setattr(block_linear, "_SLICE_VALUES", 64 * 128)  # three slices of the 300 rows
+    x = torch.randn(2, block_linear.DENSE_ROWS, 64, generator=torch.Generator().manual_seed(1))
+    bias = torch.randn(300, generator=torch.Generator().manual_seed(2))
+    out = from_blocks(blocks, kernel).linear(x, bias)
+    assert out.shape == (2, block_linear.DENSE_ROWS, 300)
+    _assert_matches((out - bias).reshape(-1, 300), x.reshape(-1, 64), reference)
+
+
+@needs_kernel
+def test_auto_keeps_blocks_for_the_kernel_and_int_modes_keep_torchs_forms() -> None:
+    blocks, _ = _blocks("Q8_0")
+    assert form_for("auto", blocks) == "blocks" and isinstance(quantize_form(blocks, "blocks"), BlockWeight)
+    assert form_for("int8", blocks) == "int8" and form_for("int4", blocks) == "int4"
+    assert form_for("auto", torch.zeros(4, 32)) == "dense"
+
+
+def test_a_failed_build_warns_once_and_loads_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def no_compiler(build_dir: Path) -> None:
+        raise RuntimeError("Error building extension: c++: command not found")
+
+    monkeypatch.setenv("TIDEGATE_KERNEL_DIR", str(tmp_path))
+    monkeypatch.setattr(block_kernel, "_compile", no_compiler)
+    with caplog.at_level(logging.WARNING, logger=block_kernel.__name__):
+        assert block_kernel._load() is None
+    assert "building the CPU quantized kernel once" in caplog.text
+    assert "unavailable (Error building extension: c++: command not found)" in caplog.text
+    assert list(tmp_path.iterdir()) == [], "a failed build leaves nothing to load"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_without_the_kernel_auto_falls_back_to_torchs_forms(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(block_kernel, "load", lambda: None)
+    blocks, reference = _blocks(kind, rows=80)  # torch's int4 packing takes out-features in multiples of 16
+    form = form_for("auto", blocks)
+    weight = quantize_form(blocks, form)
+    assert isinstance(weight, Int8Weight if kind == "Q8_0" else Int4Weight)
+    x = torch.randn(3, 96, generator=torch.Generator().manual_seed(0))
+    dense = F.linear(x, reference)
+    # bfloat16 activations and scales (Q8_0 also loses its per-block scales): about three significant digits
+    assert float((weight.linear(x) - dense).norm() / dense.norm()) < 1e-2
