@@ -16,8 +16,11 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --disable-pip-version-check -q -e '.[test]'
 	touch $(STAMP)
 
+# The CPU quantized kernel is built here (once per machine, ~80 s), not inside the first backend's start;
+# where it cannot be built, --quantization auto falls back to torch's forms, so a failure does not stop make.
 model: $(STAMP)
 	$(VENV)/bin/tidegate model pull smollm2
+	-$(PY) -m backend.executor.block_kernel build
 
 run: model
 	$(VENV)/bin/tidegate up
