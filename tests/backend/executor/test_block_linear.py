@@ -1,6 +1,7 @@
 """The block kernel multiplies with the file's own Q4_0/Q4_1/Q8_0 values: its products equal the float32 product
-of the dequantized matrix up to summation order, on the AVX2 and the portable path, and where it cannot be
-built the quantized forms fall back to torch's, still correct."""
+of the dequantized matrix up to summation order, on the AVX2 and the portable path; the default model answers
+alike in `auto` and `none`; and where the kernel cannot be built the quantized forms fall back to torch's,
+still correct."""
 
 from __future__ import annotations
 
@@ -17,9 +18,14 @@ from gguf.quants import dequantize, quantize
 
 from backend.executor import block_kernel, block_linear
 from backend.executor.block_linear import BlockWeight, from_blocks
+from backend.executor.model import LlamaModel
 from backend.executor.quant_blocks import BlockQuantized
 from backend.executor.quantized_linear import Int4Weight, Int8Weight, form_for
 from backend.executor.quantized_linear import quantize as quantize_form
+from backend.loading.gguf_weights import read_gguf
+from backend.loading.tokenizer import Tokenizer
+from tests.backend import engine_fixtures
+from tests.backend.model_harness import paged_greedy
 
 KINDS = ["Q4_0", "Q4_1", "Q8_0"]
 kernel = block_kernel.load()
@@ -117,3 +123,29 @@ def test_without_the_kernel_auto_falls_back_to_torchs_forms(kind: str, monkeypat
     dense = F.linear(x, reference)
     # bfloat16 activations and scales (Q8_0 also loses its per-block scales): about three significant digits
     assert float((weight.linear(x) - dense).norm() / dense.norm()) < 1e-2
+
+
+
+@pytest.fixture(scope="module")
+def default_model_in_both_modes(model_path: Path) -> tuple[LlamaModel, LlamaModel, Tokenizer]:
+    """The default model under `none` and `auto`, built from one reading of the file (parsing it is most of a load)."""
+    torch.set_num_threads(1)  # under a shared CPU, 2-thread OMP barriers cost more than they win
+    contents = read_gguf(model_path, keep_blocks=True)
+    models = []
+    for mode in ("none", "auto"):
+        model = LlamaModel(contents.config, rope_freq_factors=contents.rope_freq_factors)
+        model.load_weights(contents.weights, mode)
+        models.append(model.eval())
+    tokenizer = Tokenizer.from_gguf_metadata(contents.metadata, max_context=contents.config.max_position_embeddings)
+    return models[0], models[1], tokenizer
+
+
+@needs_kernel
+def test_default_model_answers_alike_in_auto_and_none(
+    default_model_in_both_modes: tuple[LlamaModel, LlamaModel, Tokenizer],
+) -> None:
+    none, auto, tokenizer = default_model_in_both_modes
+    assert isinstance(auto.layers[0].qkv_proj, BlockWeight) and isinstance(none.layers[0].qkv_proj, torch.Tensor)
+    for text in engine_fixtures.PROMPTS[:3]:
+        prompt = tokenizer.encode(text)
+        assert paged_greedy(auto, prompt, 10) == paged_greedy(none, prompt, 10), text
