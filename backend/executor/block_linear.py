@@ -4,7 +4,7 @@ The kernel (csrc/block_matmul.cpp, built by block_kernel.py) dequantizes each bl
 so `linear` equals `F.linear(x, the file's float32 matrix)` up to summation order. At load the blocks are
 split into their quants and their float16 scales (and Q4_1's minimums), the layout the kernel reads; the
 values stay the file's. For many activation rows (prefill) dequantizing a slice of the matrix to float32 and
-calling torch's float GEMM is faster than the kernel, which dequantizes each block once per 8 rows.
+calling oneDNN's float GEMM on it is faster than the kernel, which dequantizes each block once per 8 rows.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from types import ModuleType
 
 import torch
+import torch.nn.functional as F
 
+from backend.executor import cpu_linear
 from backend.executor.quant_blocks import BLOCK, BLOCK_BYTES, BlockQuantized
 
 KINDS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2}
@@ -44,8 +46,9 @@ class BlockWeight:
 
     def _dense_product(self, rows: torch.Tensor) -> torch.Tensor:
         step = max(1, _SLICE_VALUES // self.shape[1])
+        product = cpu_linear.linear if cpu_linear.available() else F.linear
         slices = [
-            torch.mm(rows, self.dequantize(start, min(start + step, self.shape[0])).T)
+            product(rows, self.dequantize(start, min(start + step, self.shape[0])))
             for start in range(0, self.shape[0], step)
         ]
         return slices[0] if len(slices) == 1 else torch.cat(slices, dim=1)

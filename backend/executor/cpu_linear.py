@@ -24,5 +24,5 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
 
 
 def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """`F.linear(x, weight, bias)` for a weight packed by `pack`."""
+    """`F.linear(x, weight, bias)` for a weight packed by `pack` (a plain one works too, reordered per call)."""
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
