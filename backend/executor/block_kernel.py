@@ -93,7 +93,12 @@ def _load() -> ModuleType | None:
     target = cache_dir()
     try:
         library = _library(target)
-        return _import(library) if library is not None else _build(target)
+        if library is not None:
+            return _import(library)
+        compiler = os.environ.get("CXX", "c++")  # the compiler torch's tooling calls
+        if shutil.which(compiler) is None:
+            raise RuntimeError(f"no C++ compiler ({compiler}) on PATH")
+        return _build(target)
     except Exception as exc:  # a missing compiler or ninja surfaces as any of several exception types
         log.warning("the CPU quantized kernel is unavailable (%s); quantized matrices use torch's int4/int8 forms",
                     str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__)

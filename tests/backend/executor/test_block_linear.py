@@ -104,12 +104,26 @@ def test_a_failed_build_warns_once_and_loads_nothing(
         raise RuntimeError("Error building extension: c++: command not found")
 
     monkeypatch.setenv("TIDEGATE_KERNEL_DIR", str(tmp_path))
+    monkeypatch.setattr(block_kernel.shutil, "which", lambda name: f"/usr/bin/{name}")  # a compiler, that fails
     monkeypatch.setattr(block_kernel, "_compile", no_compiler)
     with caplog.at_level(logging.WARNING, logger=block_kernel.__name__):
         assert block_kernel._load() is None
     assert "building the CPU quantized kernel once" in caplog.text
     assert "unavailable (Error building extension: c++: command not found)" in caplog.text
     assert list(tmp_path.iterdir()) == [], "a failed build leaves nothing to load"
+
+
+def test_without_a_compiler_one_warning_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("TIDEGATE_KERNEL_DIR", str(tmp_path))
+    monkeypatch.setenv("CXX", "no-such-c++")
+    with caplog.at_level(logging.WARNING, logger=block_kernel.__name__):
+        assert block_kernel._load() is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "the CPU quantized kernel is unavailable (no C++ compiler (no-such-c++) on PATH); "
+        "quantized matrices use torch's int4/int8 forms"
+    ]
 
 
 @pytest.mark.parametrize("kind", KINDS)
