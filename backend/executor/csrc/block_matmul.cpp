@@ -137,6 +137,28 @@ AVX2_TARGET void tile_avx2(const Matrix& w, int64_t o, const float* x, float* y,
   }
 }
 
+// Two output rows against a tile of R <= 4 activation rows: each activation vector loaded serves two FMAs.
+template <int R>
+AVX2_TARGET void pair_tile_avx2(const Matrix& w, int64_t o, const float* x, float* y, int64_t out_features) {
+  __m256 acc[2][R];
+  for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
+  __m256 v0[4], v1[4];
+  for (int64_t b = 0; b < w.blocks(); ++b) {
+    dequantize_block_avx2(w, o, b, v0);
+    dequantize_block_avx2(w, o + 1, b, v1);
+    for (int i = 0; i < 4; ++i)
+      for (int r = 0; r < R; ++r) {
+        const __m256 xv = _mm256_loadu_ps(x + r * w.in + b * kBlock + 8 * i);
+        acc[0][r] = _mm256_fmadd_ps(v0[i], xv, acc[0][r]);
+        acc[1][r] = _mm256_fmadd_ps(v1[i], xv, acc[1][r]);
+      }
+  }
+  for (int r = 0; r < R; ++r) {
+    y[r * out_features + o] = hsum(acc[0][r]);
+    y[r * out_features + o + 1] = hsum(acc[1][r]);
+  }
+}
+
 // Output rows in groups of kRowGroup against each activation tile in turn: the group's quantized rows and
 // the tile stay in L1 while every pair is multiplied.
 constexpr int64_t kRowGroup = 16;
@@ -148,7 +170,17 @@ AVX2_TARGET void rows_avx2(const Matrix& w, const float* x, int64_t rows, float*
       for (int64_t o = g; o < std::min(end, g + kRowGroup); ++o) {
       const float* xt = x + r0 * w.in;
       float* yt = y + r0 * out_features;
-      switch (std::min(kTile, rows - r0)) {
+      const int64_t tile = std::min(kTile, rows - r0);
+      if (tile >= 4 && o + 1 < std::min(end, g + kRowGroup)) {
+        for (int64_t s = 0; s + 4 <= tile; s += 4) pair_tile_avx2<4>(w, o, xt + s * w.in, yt + s * out_features, out_features);
+        for (int64_t s = tile / 4 * 4; s < tile; ++s) {
+          tile_avx2<1>(w, o, xt + s * w.in, yt + s * out_features, out_features);
+          tile_avx2<1>(w, o + 1, xt + s * w.in, yt + s * out_features, out_features);
+        }
+        ++o;
+        continue;
+      }
+      switch (tile) {
         case 1: tile_avx2<1>(w, o, xt, yt, out_features); break;
         case 2: tile_avx2<2>(w, o, xt, yt, out_features); break;
         case 3: tile_avx2<3>(w, o, xt, yt, out_features); break;
