@@ -3,8 +3,8 @@
 The kernel (csrc/block_matmul.cpp, built by block_kernel.py) dequantizes each block exactly inside the product,
 so `linear` equals `F.linear(x, the file's float32 matrix)` up to summation order. At load the blocks are
 split into their quants and their float16 scales (and Q4_1's minimums), the layout the kernel reads; the
-values stay the file's. For many activation rows (prefill) dequantizing a slice of the matrix to float32 and
-calling oneDNN's float GEMM on it is faster than the kernel, which dequantizes each block once per 8 rows.
+values stay the file's. For long prefill chunks (hundreds of rows) dequantizing a slice of the matrix to
+float32 and calling oneDNN's float GEMM on it is faster than the kernel's own register tiles.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from backend.executor import cpu_linear
 from backend.executor.quant_blocks import BLOCK, BLOCK_BYTES, BlockQuantized
 
 KINDS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2}
-DENSE_ROWS = 48  # from this many activation rows on, dequantize + float GEMM (docs/benchmarks.md)
+DENSE_ROWS = 512  # from this many activation rows on, dequantize + float GEMM (docs/benchmarks.md)
 _SLICE_VALUES = 1 << 22  # float32 values dequantized at once on the dense path (16 MB)
 
 

@@ -5,6 +5,8 @@
 // d (and Q4_1's minimums m) as [out, in / 32]. Each block is dequantized exactly, to the float32 values the
 // file holds (q * d for Q8_0, (q - 8) * d for Q4_0, q * d + m for Q4_1: each product is exact in float32),
 // and multiplied with float32 FMAs, so the result equals F.linear(x, dequantized) up to summation order.
+// Up to 8 activation rows share each dequantized block; beyond that, groups of output rows are dequantized
+// into a small float32 scratch once and multiplied by 3x4 register tiles.
 // An AVX2+FMA+F16C path is chosen at run time; a scalar path runs elsewhere. Nothing needs AVX-512.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -13,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -23,6 +26,7 @@ namespace {
 enum Kind : int64_t { Q4_0 = 0, Q4_1 = 1, Q8_0 = 2 };
 constexpr int64_t kBlock = 32;
 constexpr int64_t kTile = 8;  // activation rows that share one dequantized block
+constexpr int64_t kRowGroup = 15;  // output rows multiplied together, quantized (few rows) or dequantized (many)
 
 struct Matrix {
   const uint8_t* quants;
@@ -137,50 +141,69 @@ AVX2_TARGET void tile_avx2(const Matrix& w, int64_t o, const float* x, float* y,
   }
 }
 
-// Two output rows against a tile of R <= 4 activation rows: each activation vector loaded serves two FMAs.
-template <int R>
-AVX2_TARGET void pair_tile_avx2(const Matrix& w, int64_t o, const float* x, float* y, int64_t out_features) {
-  __m256 acc[2][R];
-  for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
-  __m256 v0[4], v1[4];
-  for (int64_t b = 0; b < w.blocks(); ++b) {
-    dequantize_block_avx2(w, o, b, v0);
-    dequantize_block_avx2(w, o + 1, b, v1);
-    for (int i = 0; i < 4; ++i)
-      for (int r = 0; r < R; ++r) {
-        const __m256 xv = _mm256_loadu_ps(x + r * w.in + b * kBlock + 8 * i);
-        acc[0][r] = _mm256_fmadd_ps(v0[i], xv, acc[0][r]);
-        acc[1][r] = _mm256_fmadd_ps(v1[i], xv, acc[1][r]);
-      }
+AVX2_TARGET void dequantize_rows_avx2(const Matrix& w, float* out, int64_t begin, int64_t end) {
+  __m256 v[4];
+  for (int64_t o = begin; o < end; ++o)
+    for (int64_t b = 0; b < w.blocks(); ++b) {
+      dequantize_block_avx2(w, o, b, v);
+      float* dst = out + (o - begin) * w.in + b * kBlock;
+      for (int i = 0; i < 4; ++i) _mm256_storeu_ps(dst + 8 * i, v[i]);
+    }
+}
+
+// O output rows, already dequantized into `wrows` (stride in), against R activation rows: for many rows, where
+// dequantizing each block again for every tile of activations would cost more than the FMAs.
+template <int O, int R>
+AVX2_TARGET void float_tile_avx2(const float* wrows, const float* x, float* y, int64_t in, int64_t out_features) {
+  __m256 acc[O][R];
+  for (int o = 0; o < O; ++o)
+    for (int r = 0; r < R; ++r) acc[o][r] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < in; k += 8) {
+    __m256 wv[O];
+    for (int o = 0; o < O; ++o) wv[o] = _mm256_loadu_ps(wrows + o * in + k);
+    for (int r = 0; r < R; ++r) {
+      const __m256 xv = _mm256_loadu_ps(x + r * in + k);
+      for (int o = 0; o < O; ++o) acc[o][r] = _mm256_fmadd_ps(wv[o], xv, acc[o][r]);
+    }
   }
-  for (int r = 0; r < R; ++r) {
-    y[r * out_features + o] = hsum(acc[0][r]);
-    y[r * out_features + o + 1] = hsum(acc[1][r]);
+  for (int o = 0; o < O; ++o)
+    for (int r = 0; r < R; ++r) y[r * out_features + o] = hsum(acc[o][r]);
+}
+
+template <int O>
+AVX2_TARGET void float_rows_avx2(const float* wrows, const float* x, int64_t rows, float* y, int64_t in,
+                                 int64_t out_features) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) float_tile_avx2<O, 4>(wrows, x + r * in, y + r * out_features, in, out_features);
+  for (; r < rows; ++r) float_tile_avx2<O, 1>(wrows, x + r * in, y + r * out_features, in, out_features);
+}
+
+// Many rows: each group of output rows is dequantized once into a float32 scratch that stays in cache.
+AVX2_TARGET void many_rows_avx2(const Matrix& w, const float* x, int64_t rows, float* y, int64_t out_features,
+                                int64_t begin, int64_t end) {
+  std::vector<float> scratch(kRowGroup * w.in);
+  for (int64_t g = begin; g < end; g += kRowGroup) {
+    const int64_t n = std::min(end, g + kRowGroup) - g;
+    dequantize_rows_avx2(w, scratch.data(), g, g + n);
+    int64_t o = 0;
+    for (; o + 3 <= n; o += 3)
+      float_rows_avx2<3>(scratch.data() + o * w.in, x, rows, y + g + o, w.in, out_features);
+    for (; o < n; ++o) float_rows_avx2<1>(scratch.data() + o * w.in, x, rows, y + g + o, w.in, out_features);
   }
 }
 
 // Output rows in groups of kRowGroup against each activation tile in turn: the group's quantized rows and
 // the tile stay in L1 while every pair is multiplied.
-constexpr int64_t kRowGroup = 16;
 
 AVX2_TARGET void rows_avx2(const Matrix& w, const float* x, int64_t rows, float* y, int64_t out_features,
                            int64_t begin, int64_t end) {
+  if (rows > kTile) return many_rows_avx2(w, x, rows, y, out_features, begin, end);
   for (int64_t g = begin; g < end; g += kRowGroup)
     for (int64_t r0 = 0; r0 < rows; r0 += kTile)
       for (int64_t o = g; o < std::min(end, g + kRowGroup); ++o) {
       const float* xt = x + r0 * w.in;
       float* yt = y + r0 * out_features;
-      const int64_t tile = std::min(kTile, rows - r0);
-      if (tile >= 4 && o + 1 < std::min(end, g + kRowGroup)) {
-        for (int64_t s = 0; s + 4 <= tile; s += 4) pair_tile_avx2<4>(w, o, xt + s * w.in, yt + s * out_features, out_features);
-        for (int64_t s = tile / 4 * 4; s < tile; ++s) {
-          tile_avx2<1>(w, o, xt + s * w.in, yt + s * out_features, out_features);
-          tile_avx2<1>(w, o + 1, xt + s * w.in, yt + s * out_features, out_features);
-        }
-        ++o;
-        continue;
-      }
-      switch (tile) {
+      switch (std::min(kTile, rows - r0)) {
         case 1: tile_avx2<1>(w, o, xt, yt, out_features); break;
         case 2: tile_avx2<2>(w, o, xt, yt, out_features); break;
         case 3: tile_avx2<3>(w, o, xt, yt, out_features); break;
@@ -193,15 +216,6 @@ AVX2_TARGET void rows_avx2(const Matrix& w, const float* x, int64_t rows, float*
     }
 }
 
-AVX2_TARGET void dequantize_rows_avx2(const Matrix& w, float* out, int64_t begin, int64_t end) {
-  __m256 v[4];
-  for (int64_t o = begin; o < end; ++o)
-    for (int64_t b = 0; b < w.blocks(); ++b) {
-      dequantize_block_avx2(w, o, b, v);
-      float* dst = out + (o - begin) * w.in + b * kBlock;
-      for (int i = 0; i < 4; ++i) _mm256_storeu_ps(dst + 8 * i, v[i]);
-    }
-}
 #endif
 
 std::atomic<bool> scalar_only{false};  // set by tests, so that the portable path runs on AVX2 machines too
