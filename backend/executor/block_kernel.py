@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.machinery
 import importlib.util
 import logging
 import os
@@ -43,8 +44,8 @@ def cache_dir() -> Path:
 
 
 def _library(folder: Path) -> Path | None:
-    found = sorted(folder.glob(f"{NAME}*.so")) if folder.is_dir() else []
-    return found[0] if found else None
+    found = [folder / (NAME + suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+    return next((path for path in found if path.is_file()), None)
 
 
 def _import(library: Path) -> ModuleType:
