@@ -6,7 +6,7 @@ FROM ${BASE}
 
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1 \
-    TIDEGATE_MODEL_DIR=/opt/tidegate/models
+    TIDEGATE_MODEL_DIR=/opt/tidegate/models TIDEGATE_KERNEL_DIR=/opt/tidegate/kernels
 
 RUN if ! command -v python3 >/dev/null; then \
         apt-get update && apt-get install -y --no-install-recommends python3 python3-pip python3-venv \
@@ -30,6 +30,12 @@ RUN pip install .
 
 # The default model is baked into the image: nothing downloads weights at run time.
 RUN tidegate model pull smollm2
+
+# The CPU quantized kernel (--quantization auto) is compiled into the image, so containers need no compiler;
+# the compiler is removed again in the same layer.
+RUN apt-get update && apt-get install -y --no-install-recommends g++ \
+    && python -m backend.executor.block_kernel build \
+    && apt-get purge -y --auto-remove g++ && rm -rf /var/lib/apt/lists/*
 
 EXPOSE 8000 9001
 # The keys are created in the data dir and never printed into the container log; read them with

@@ -75,9 +75,10 @@ def test_compose_wiring_agrees_with_the_gateway_config() -> None:
     assert "redis-data" in _compose()["volumes"]
 
 
-def test_dockerfile_pins_torch_and_bakes_the_model() -> None:
+def test_dockerfile_pins_torch_and_bakes_the_model_and_the_kernel() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert "torch==2.13.0" in text and "tidegate model pull smollm2" in text
+    assert "python -m backend.executor.block_kernel build" in text and "TIDEGATE_KERNEL_DIR=" in text
     for package in ("tidegate", "gateway", "backend", "limiter", "quota", "config", "bench"):
         assert f"COPY {package} ./{package}" in text
 
