@@ -40,13 +40,15 @@ class TorchAttention:
     chunk's blocks are gathered into a reused buffer small enough to stay in the CPU cache, so the keys and
     values come from memory once per layer; sorting keeps the padding to the longest context small when
     lengths are mixed. Each prefill chunk gets its own `scaled_dot_product_attention` call (its cost dwarfs
-    the call overhead).
+    the call overhead). A chunk of at most `one_thread_keys` padded keys runs on one thread: there the second
+    thread gains less than its barrier costs, most of all on a busy machine.
     """
 
     graph_safe = False  # plans each step on the host
 
-    def __init__(self, decode_chunk_tokens: int = 4096) -> None:
+    def __init__(self, decode_chunk_tokens: int = 4096, one_thread_keys: int = 1024) -> None:
         self.decode_chunk_tokens = decode_chunk_tokens
+        self.one_thread_keys = one_thread_keys
         self._buffers = [torch.empty(0), torch.empty(0)]  # keys, values
 
     def plan(self, meta: AttentionMetadata, block_size: int, dtype: torch.dtype) -> TorchAttentionPlan:
@@ -102,11 +104,19 @@ class TorchAttention:
             values = self._gather(v_cache, chunk.blocks, 1).view(m, -1, kvh, d)
         if chunk.bias is None:
             keys, values = keys[:, : chunk.length], values[:, : chunk.length]
-        # Heads-first views of the gathered [m, n, kvh, d]: the fused kernel reads strides, so nothing is copied.
-        res = F.scaled_dot_product_attention(
-            q.unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=chunk.bias, scale=scale,
-            enable_gqa=kvh != q.shape[1],
-        )
+        threads = torch.get_num_threads()
+        alone = threads > 1 and keys.shape[0] * keys.shape[1] <= self.one_thread_keys
+        if alone:
+            torch.set_num_threads(1)  # the calling thread's OpenMP setting; restored at once
+        try:
+            # Heads-first views of the gathered [m, n, kvh, d]: the fused kernel reads strides, nothing is copied.
+            res = F.scaled_dot_product_attention(
+                q.unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=chunk.bias, scale=scale,
+                enable_gqa=kvh != q.shape[1],
+            )
+        finally:
+            if alone:
+                torch.set_num_threads(threads)
         return res.reshape(m, -1, d)
 
     def _gather(self, cache: torch.Tensor, blocks: torch.Tensor, which: int) -> torch.Tensor:

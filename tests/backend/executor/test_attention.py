@@ -217,3 +217,15 @@ def test_decodes_and_prefill_in_bfloat16_match_float32_attention() -> None:
     got = attention.attend(q.bfloat16(), k_cache.bfloat16(), v_cache.bfloat16(), bf16_plan, scale)
     assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), expected, rtol=0.05, atol=0.05)
+
+
+def test_a_small_decode_runs_on_one_thread_and_gives_the_threads_back() -> None:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        # every decode chunk of these steps is under one_thread_keys, then over it
+        for keys in (1024, 0):
+            run_case([Seq(context_len=n, q_len=1) for n in (9, 30, 17)], seed=keys, attention=TorchAttention(one_thread_keys=keys))
+            assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
