@@ -67,8 +67,10 @@ class TorchAttention:
         flat_k, flat_v = k_cache.view(-1, kvh, d), v_cache.view(-1, kvh, d)
         if plan.written_rows is not None:
             k, v = k.index_select(0, plan.written_rows), v.index_select(0, plan.written_rows)
-        flat_k.index_copy_(0, plan.slots, k.to(flat_k.dtype))
-        flat_v.index_copy_(0, plan.slots, v.to(flat_v.dtype))
+        if k.dtype != flat_k.dtype:
+            k, v = k.to(flat_k.dtype), v.to(flat_v.dtype)
+        flat_k.index_copy_(0, plan.slots, k)
+        flat_v.index_copy_(0, plan.slots, v)
 
     def attend(
         self,
@@ -97,8 +99,8 @@ class TorchAttention:
         """One chunk of decodes, queries `[m, heads, d]`: one fused attention call over its gathered keys."""
         m, kvh, d = q.shape[0], k_cache.shape[2], k_cache.shape[3]
         if chunk.first_block is not None:
-            end = chunk.first_block + chunk.blocks.numel()
-            keys, values = k_cache[chunk.first_block : end].view(1, -1, kvh, d), v_cache[chunk.first_block : end].view(1, -1, kvh, d)
+            run = slice(chunk.first_block, chunk.first_block + chunk.blocks.numel())
+            keys, values = k_cache[run].view(1, -1, kvh, d), v_cache[run].view(1, -1, kvh, d)
         else:
             keys = self._gather(k_cache, chunk.blocks, 0).view(m, -1, kvh, d)
             values = self._gather(v_cache, chunk.blocks, 1).view(m, -1, kvh, d)

@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.experiments.decode_step --batch 1,8,32 --context 320 --threads 2
 
 The model runs its forward and logits over a paged cache with each sequence's blocks scattered through the
-pool, as the runner does, with fresh metadata and one attention plan per step. Reports the median step, the
+pool (or, with `--consecutive`, in order, as a fresh pool hands them out), as the runner does, with fresh metadata and one attention plan per step. Reports the median step, the
 median time (wall and process CPU) of the weight matrix products alone for the same rows, and with `--profile` the top torch ops of
 three steps; `--batch` takes a list, measured one after the other in one process. `--thread` runs the steps in a second thread, as the engine's step loop does. Only the public
 model API is used (`load_model`, `model.ops`, `model(...)`, `compute_logits`), and checkouts from before
@@ -30,13 +30,14 @@ from backend.loading.model_cache import pull
 BLOCK = 16
 
 
-def step_fn(model: LlamaModel, batch: int, context: int) -> Callable[[], None]:
+def step_fn(model: LlamaModel, batch: int, context: int, consecutive: bool = False) -> Callable[[], None]:
     cfg = model.config
     per_seq = -(-context // BLOCK)
     num_blocks = batch * per_seq + 8
     shape = (num_blocks, BLOCK, cfg.num_kv_heads, cfg.head_dim)
     caches = [(torch.randn(shape), torch.randn(shape)) for _ in range(cfg.num_layers)]
-    tables = torch.randperm(num_blocks)[: batch * per_seq].view(batch, per_seq).int()
+    order = torch.arange(num_blocks) if consecutive else torch.randperm(num_blocks)
+    tables = order[: batch * per_seq].view(batch, per_seq).int()
     ids = torch.randint(1000, cfg.vocab_size, (batch,))
     positions = torch.full((batch,), context - 1)
     slots = tables[:, -1].long() * BLOCK + (context - 1) % BLOCK
@@ -93,6 +94,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--thread", action="store_true", help="run the steps in a second thread")
+    parser.add_argument("--consecutive", action="store_true",
+                        help="give each sequence consecutive blocks, as a fresh pool does, instead of scattered ones")
     parser.add_argument("--profile", action="store_true", help="print the top torch ops of three steps")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -103,7 +106,7 @@ def main() -> None:
     def measure() -> None:
         with torch.inference_mode():
             for batch in batches:
-                step = step_fn(model, batch, args.context)
+                step = step_fn(model, batch, args.context, args.consecutive)
                 results[batch] = (median_ms(step, args.runs), median_ms(products_fn(model, batch), args.runs))
                 if args.profile:
                     with torch.profiler.profile() as prof:
