@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from backend.executor import cpu_linear, elementwise
 from backend.executor.attention import AttentionBackend
-from backend.executor.rotary import RotaryOp, rotate
+from backend.executor.rotary import RotaryOp, StepRotation
 from backend.executor.torch_attention import TorchAttention
 
 
@@ -42,7 +42,7 @@ def torch_ops(*, packed_linear: bool = False) -> ModelOps:
     return ModelOps(
         rms_norm=elementwise.rms_norm,
         add_rms_norm=elementwise.add_rms_norm,
-        rotary=rotate,
+        rotary=StepRotation(),
         silu_and_mul=elementwise.silu_and_mul,
         linear=cpu_linear.linear if packed_linear else F.linear,
         pack=cpu_linear.pack if packed_linear else None,

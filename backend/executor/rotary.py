@@ -66,10 +66,51 @@ def rotate(
 
     Q and K heads are rotated together: one set of elementwise ops instead of two.
     """
-    cos, sin = cos_sin_cache.index_select(0, positions).to(qk.dtype).unsqueeze(1).chunk(2, dim=-1)
-    x1, x2 = qk.chunk(2, dim=-1)
-    rotated = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    return rotate_with(rotation_rows(positions, cos_sin_cache, qk.dtype), qk, num_q_heads)
+
+
+def rotation_rows(
+    positions: torch.Tensor, cos_sin_cache: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(cos|cos, -sin|sin)` `[T, 1, head_dim]` at `positions`: the factors of `x` and of `x` with its halves
+    swapped, so that a rotation is two products and a sum."""
+    cos, sin = cos_sin_cache.index_select(0, positions).to(dtype).unsqueeze(1).chunk(2, dim=-1)
+    return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)
+
+
+def rotate_with(
+    rows: tuple[torch.Tensor, torch.Tensor], qk: torch.Tensor, num_q_heads: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`rotate` with the factors `rotation_rows` gathered: `x1*cos - x2*sin | x2*cos + x1*sin`, bit for bit."""
+    cos, signed_sin = rows
+    t, heads, d = qk.shape
+    swapped = qk.view(t, heads, 2, d // 2).flip(2).view(t, heads, d)
+    # Not addcmul_: it fuses the multiply and the add, which rounds differently from the reference.
+    rotated = torch.mul(qk, cos).add_(swapped.mul_(signed_sin))
     return rotated[:, :num_q_heads], rotated[:, num_q_heads:]
+
+
+class StepRotation:
+    """The torch `RotaryOp` that gathers its factors once per step: every layer of a step passes the same
+    positions tensor, so the first layer gathers and the others reuse. A caller that refills one positions
+    tensor in place between steps (CUDA graphs do) must use `rotate` instead."""
+
+    __slots__ = ("_key", "_rows")
+
+    def __init__(self) -> None:
+        self._key: tuple[torch.Tensor, torch.Tensor, torch.dtype] | None = None
+        self._rows: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def __call__(
+        self, positions: torch.Tensor, qk: torch.Tensor, num_q_heads: int, cos_sin_cache: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        key = self._key
+        if key is None or key[0] is not positions or key[1] is not cos_sin_cache or key[2] != qk.dtype:
+            # Holding the tensors keeps their identities from being reused by another step's.
+            self._key = (positions, cos_sin_cache, qk.dtype)
+            self._rows = rotation_rows(positions, cos_sin_cache, qk.dtype)
+        assert self._rows is not None
+        return rotate_with(self._rows, qk, num_q_heads)
 
 
 class Rotary(nn.Module):

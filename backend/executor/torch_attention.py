@@ -16,7 +16,9 @@ class _DecodeChunk:
 
     rows: torch.Tensor  # [m] token rows of these sequences in the step
     blocks: torch.Tensor  # [m * n] block ids to gather, n blocks per sequence (the longest one's count)
-    bias: torch.Tensor  # [m, 1, n * block_size] 0 where a key is visible, -inf past the sequence's end
+    first_block: int | None  # one sequence whose blocks are consecutive from this id: read in place, no gather
+    length: int  # the longest context; every key up to it is visible when `bias` is None
+    bias: torch.Tensor | None  # [m, 1, 1, n * block_size] 0 where a key is visible, -inf past a shorter end
 
 
 @dataclass(slots=True)
@@ -25,6 +27,7 @@ class TorchAttentionPlan:
 
     decodes: list[_DecodeChunk]
     covers_all_rows: bool  # no padded rows, so the output needs no zero fill
+    decode_only: bool  # one decode chunk holding every row in order: its result is the output as it is
     prefills: list[tuple[int, int, int, torch.Tensor]]  # (start, q_len, ctx_len, blocks) per sequence
     slots: torch.Tensor  # [T'] the cache slot of each real (unpadded) new token
     written_rows: torch.Tensor | None  # [T'] rows of those tokens in the step; None when no row is padding
@@ -37,13 +40,15 @@ class TorchAttention:
     chunk's blocks are gathered into a reused buffer small enough to stay in the CPU cache, so the keys and
     values come from memory once per layer; sorting keeps the padding to the longest context small when
     lengths are mixed. Each prefill chunk gets its own `scaled_dot_product_attention` call (its cost dwarfs
-    the call overhead).
+    the call overhead). A chunk of at most `one_thread_keys` padded keys runs on one thread: there the second
+    thread gains less than its barrier costs, most of all on a busy machine.
     """
 
     graph_safe = False  # plans each step on the host
 
-    def __init__(self, decode_chunk_tokens: int = 4096) -> None:
+    def __init__(self, decode_chunk_tokens: int = 4096, one_thread_keys: int = 1024) -> None:
         self.decode_chunk_tokens = decode_chunk_tokens
+        self.one_thread_keys = one_thread_keys
         self._buffers = [torch.empty(0), torch.empty(0)]  # keys, values
 
     def plan(self, meta: AttentionMetadata, block_size: int, dtype: torch.dtype) -> TorchAttentionPlan:
@@ -62,8 +67,10 @@ class TorchAttention:
         flat_k, flat_v = k_cache.view(-1, kvh, d), v_cache.view(-1, kvh, d)
         if plan.written_rows is not None:
             k, v = k.index_select(0, plan.written_rows), v.index_select(0, plan.written_rows)
-        flat_k.index_copy_(0, plan.slots, k.to(flat_k.dtype))
-        flat_v.index_copy_(0, plan.slots, v.to(flat_v.dtype))
+        if k.dtype != flat_k.dtype:
+            k, v = k.to(flat_k.dtype), v.to(flat_v.dtype)
+        flat_k.index_copy_(0, plan.slots, k)
+        flat_v.index_copy_(0, plan.slots, v)
 
     def attend(
         self,
@@ -73,12 +80,13 @@ class TorchAttention:
         plan: TorchAttentionPlan,
         scale: float,
     ) -> torch.Tensor:
-        kvh = k_cache.shape[2]
-        group = q.shape[1] // kvh
+        if plan.decode_only:
+            return self._decode(q, k_cache, v_cache, plan.decodes[0], scale)
+        group = q.shape[1] // k_cache.shape[2]
         # Padded rows stay zero rather than garbage.
         out = torch.empty_like(q) if plan.covers_all_rows else torch.zeros_like(q)
         for chunk in plan.decodes:
-            out.index_copy_(0, chunk.rows, self._decode(q, k_cache, v_cache, chunk, scale))
+            out.index_copy_(0, chunk.rows, self._decode(q.index_select(0, chunk.rows), k_cache, v_cache, chunk, scale))
         for start, q_len, ctx_len, blocks in plan.prefills:
             out[start : start + q_len] = _prefill_attention(
                 q[start : start + q_len], k_cache, v_cache, blocks, ctx_len, scale, group
@@ -88,18 +96,30 @@ class TorchAttention:
     def _decode(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, chunk: _DecodeChunk, scale: float
     ) -> torch.Tensor:
-        """One chunk of decodes: per KV head, scores and weighted values as two batched matmuls."""
-        m, kvh, d = chunk.rows.numel(), k_cache.shape[2], k_cache.shape[3]
-        keys = self._gather(k_cache, chunk.blocks, 0).view(m, -1, kvh, d)
-        values = self._gather(v_cache, chunk.blocks, 1).view(m, -1, kvh, d)
-        # The query heads sharing a KV head are the rows of one matrix: GQA without copying K or V.
-        dq = q.index_select(0, chunk.rows).view(m, kvh, -1, d)
-        res = torch.empty_like(dq)
-        for h in range(kvh):
-            scores = torch.baddbmm(chunk.bias, dq[:, h], keys[:, :, h].transpose(1, 2), alpha=scale)
-            weights = torch.softmax(scores, -1, dtype=torch.float32).to(values.dtype)
-            res[:, h] = torch.bmm(weights, values[:, :, h])
-        return res.view(m, -1, d)
+        """One chunk of decodes, queries `[m, heads, d]`: one fused attention call over its gathered keys."""
+        m, kvh, d = q.shape[0], k_cache.shape[2], k_cache.shape[3]
+        if chunk.first_block is not None:
+            run = slice(chunk.first_block, chunk.first_block + chunk.blocks.numel())
+            keys, values = k_cache[run].view(1, -1, kvh, d), v_cache[run].view(1, -1, kvh, d)
+        else:
+            keys = self._gather(k_cache, chunk.blocks, 0).view(m, -1, kvh, d)
+            values = self._gather(v_cache, chunk.blocks, 1).view(m, -1, kvh, d)
+        if chunk.bias is None:
+            keys, values = keys[:, : chunk.length], values[:, : chunk.length]
+        threads = torch.get_num_threads()
+        alone = threads > 1 and keys.shape[0] * keys.shape[1] <= self.one_thread_keys
+        if alone:
+            torch.set_num_threads(1)  # the calling thread's OpenMP setting; restored at once
+        try:
+            # Heads-first views of the gathered [m, n, kvh, d]: the fused kernel reads strides, nothing is copied.
+            res = F.scaled_dot_product_attention(
+                q.unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=chunk.bias, scale=scale,
+                enable_gqa=kvh != q.shape[1],
+            )
+        finally:
+            if alone:
+                torch.set_num_threads(threads)
+        return res.reshape(m, -1, d)
 
     def _gather(self, cache: torch.Tensor, blocks: torch.Tensor, which: int) -> torch.Tensor:
         """Copy blocks out of a cache into a buffer reused across chunks, layers and steps."""
@@ -126,9 +146,13 @@ def _make_plan(
             decodes.append(i)
             continue
         prefills.append((start, q_len, ctx_len, meta.block_tables[i, : -(-ctx_len // block_size)].long()))
-    decodes.sort(key=lambda i: ctx_lens[i])
     chunks: list[_DecodeChunk] = []
     first = 0
+    if decodes and len(decodes) * _padded(max(ctx_lens[i] for i in decodes), block_size) <= chunk_tokens:
+        # One chunk is padded to the longest whatever the order: keep the step's, so rows need no shuffling.
+        chunks.append(_decode_chunk(meta, decodes, [starts[i] for i in decodes], block_size, dtype))
+        first = len(decodes)
+    decodes.sort(key=lambda i: ctx_lens[i])
     while first < len(decodes):
         # Sorted ascending, so the last sequence taken sets the chunk's padded length.
         end = first + 1
@@ -138,10 +162,11 @@ def _make_plan(
         chunks.append(_decode_chunk(meta, decodes[first:end], rows, block_size, dtype))
         first = end
     covers_all_rows = starts[-1] == int(meta.slot_mapping.numel())
+    decode_only = covers_all_rows and not prefills and len(decodes) == len(ctx_lens) and len(chunks) == 1
     written = torch.nonzero(meta.slot_mapping >= 0).squeeze(1)
     if written.numel() == meta.slot_mapping.numel():
-        return TorchAttentionPlan(chunks, covers_all_rows, prefills, meta.slot_mapping, None)
-    return TorchAttentionPlan(chunks, covers_all_rows, prefills, meta.slot_mapping[written], written)
+        return TorchAttentionPlan(chunks, covers_all_rows, decode_only, prefills, meta.slot_mapping, None)
+    return TorchAttentionPlan(chunks, covers_all_rows, decode_only, prefills, meta.slot_mapping[written], written)
 
 
 def _padded(ctx_len: int, block_size: int) -> int:
@@ -154,11 +179,21 @@ def _decode_chunk(
     device = meta.context_lens.device
     idx = torch.tensor(seqs, dtype=torch.long, device=device)
     lens = meta.context_lens.index_select(0, idx).long()
-    nb = -(-int(lens.max()) // block_size)
-    blocks = meta.block_tables.index_select(0, idx)[:, :nb].long().reshape(-1)
-    hidden = torch.arange(nb * block_size, device=device)[None, :] >= lens[:, None]
-    bias = torch.zeros(hidden.shape, dtype=dtype, device=device).masked_fill_(hidden, float("-inf")).unsqueeze(1)
-    return _DecodeChunk(torch.tensor(rows, dtype=torch.long, device=device), blocks, bias)
+    lengths = lens.tolist()
+    length = max(lengths)
+    nb = -(-length // block_size)
+    table = meta.block_tables.index_select(0, idx)[:, :nb].long()
+    first_block = None
+    if len(seqs) == 1:
+        ids = table[0].tolist()
+        if ids == list(range(ids[0], ids[0] + nb)):
+            first_block = ids[0]
+    bias = None
+    if min(lengths) != length:
+        hidden = torch.arange(nb * block_size, device=device)[None, :] >= lens[:, None]
+        bias = torch.zeros(hidden.shape, dtype=dtype, device=device).masked_fill_(hidden, float("-inf"))[:, None, None]
+    rows_t = torch.tensor(rows, dtype=torch.long, device=device)
+    return _DecodeChunk(rows_t, table.reshape(-1), first_block, length, bias)
 
 
 def _prefill_attention(

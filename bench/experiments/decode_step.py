@@ -1,11 +1,11 @@
 """Time of one engine-shaped decode step of the model, alone: B sequences, each C tokens of context.
 
-    .venv/bin/python -m bench.experiments.decode_step --batch 32 --context 320 --threads 2
+    .venv/bin/python -m bench.experiments.decode_step --batch 1,8,32 --context 320 --threads 2
 
 The model runs its forward and logits over a paged cache with each sequence's blocks scattered through the
-pool, as the runner does, with fresh metadata and one attention plan per step. Reports the median step, the
-median time of the weight matrix products alone for the same rows, and with `--profile` the top torch ops of
-three steps. `--thread` runs the steps in a second thread, as the engine's step loop does. Only the public
+pool (or, with `--consecutive`, in order, as a fresh pool hands them out), as the runner does, with fresh metadata and one attention plan per step. Reports the median step, the
+median time (wall and process CPU) of the weight matrix products alone for the same rows, and with `--profile` the top torch ops of
+three steps; `--batch` takes a list, measured one after the other in one process. `--thread` runs the steps in a second thread, as the engine's step loop does. Only the public
 model API is used (`load_model`, `model.ops`, `model(...)`, `compute_logits`), and checkouts from before
 `model.ops` are measured the same way, so the script compares a change against its base.
 """
@@ -30,13 +30,14 @@ from backend.loading.model_cache import pull
 BLOCK = 16
 
 
-def step_fn(model: LlamaModel, batch: int, context: int) -> Callable[[], None]:
+def step_fn(model: LlamaModel, batch: int, context: int, consecutive: bool = False) -> Callable[[], None]:
     cfg = model.config
     per_seq = -(-context // BLOCK)
     num_blocks = batch * per_seq + 8
     shape = (num_blocks, BLOCK, cfg.num_kv_heads, cfg.head_dim)
     caches = [(torch.randn(shape), torch.randn(shape)) for _ in range(cfg.num_layers)]
-    tables = torch.randperm(num_blocks)[: batch * per_seq].view(batch, per_seq).int()
+    order = torch.arange(num_blocks) if consecutive else torch.randperm(num_blocks)
+    tables = order[: batch * per_seq].view(batch, per_seq).int()
     ids = torch.randint(1000, cfg.vocab_size, (batch,))
     positions = torch.full((batch,), context - 1)
     slots = tables[:, -1].long() * BLOCK + (context - 1) % BLOCK
@@ -74,39 +75,44 @@ def products_fn(model: LlamaModel, batch: int) -> Callable[[], None]:
     return products
 
 
-def median_ms(fn: Callable[[], None], runs: int) -> float:
+def median_ms(fn: Callable[[], None], runs: int) -> tuple[float, float]:
+    """Median wall and process CPU milliseconds of one call: on a shared machine the CPU time is the steadier."""
     fn()
-    times = []
+    walls, cpus = [], []
     for _ in range(runs):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - cpu)
+    return 1000 * statistics.median(walls), 1000 * statistics.median(cpus)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--batch", default="32", help="sequences per step; a comma-separated list for several")
     parser.add_argument("--context", type=int, default=320)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--thread", action="store_true", help="run the steps in a second thread")
+    parser.add_argument("--consecutive", action="store_true",
+                        help="give each sequence consecutive blocks, as a fresh pool does, instead of scattered ones")
     parser.add_argument("--profile", action="store_true", help="print the top torch ops of three steps")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model = load_model(pull("smollm2", quiet=True)).model
-    results: dict[str, float] = {}
+    batches = [int(b) for b in args.batch.split(",")]
+    results: dict[int, tuple[tuple[float, float], tuple[float, float]]] = {}
 
     def measure() -> None:
         with torch.inference_mode():
-            step = step_fn(model, args.batch, args.context)
-            results["step"] = median_ms(step, args.runs)
-            results["products"] = median_ms(products_fn(model, args.batch), args.runs)
-            if args.profile:
-                with torch.profiler.profile() as prof:
-                    for _ in range(3):
-                        step()
-                print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=8))
+            for batch in batches:
+                step = step_fn(model, batch, args.context, args.consecutive)
+                results[batch] = (median_ms(step, args.runs), median_ms(products_fn(model, batch), args.runs))
+                if args.profile:
+                    with torch.profiler.profile() as prof:
+                        for _ in range(3):
+                            step()
+                    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=8))
 
     if args.thread:
         worker = threading.Thread(target=measure)
@@ -115,8 +121,10 @@ def main() -> None:
     else:
         measure()
     where = "a second thread" if args.thread else "the main thread"
-    print(f"decode step, batch {args.batch}, context {args.context}, {args.threads} threads, in {where}: "
-          f"{results['step']:.1f} ms median; weight products alone {results['products']:.1f} ms")
+    for batch, ((step_ms, step_cpu), (products_ms, products_cpu)) in results.items():
+        print(f"decode step, batch {batch}, context {args.context}, {args.threads} threads, in {where}: "
+              f"{step_ms:.1f} ms median ({step_cpu:.1f} CPU ms); weight products alone {products_ms:.1f} ms "
+              f"({products_cpu:.1f} CPU ms)")
 
 
 if __name__ == "__main__":

@@ -34,12 +34,14 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
 
 
 def run_case(
-    seqs: list[Seq], num_blocks: int = 64, seed: int = 0, pad_rows: int = 0, attention: TorchAttention | None = None
+    seqs: list[Seq], num_blocks: int = 64, seed: int = 0, pad_rows: int = 0, attention: TorchAttention | None = None,
+    consecutive: bool = False,
 ) -> None:
     gen = torch.Generator().manual_seed(seed)
     k_cache = torch.zeros(num_blocks, BLOCK, KV_HEADS, HEAD_DIM)
     v_cache = torch.zeros_like(k_cache)
-    free = torch.randperm(num_blocks - 1, generator=gen).add(1).tolist()  # scattered, block 0 never used
+    # scattered, or in order as a fresh pool hands them out; block 0 never used
+    free = list(range(num_blocks - 1, 0, -1)) if consecutive else torch.randperm(num_blocks - 1, generator=gen).add(1).tolist()
     tables: list[list[int]] = []
     keys, values, queries, slots = [], [], [], []
     for seq in seqs:
@@ -92,6 +94,17 @@ def test_single_prefill_from_empty_cache() -> None:
 
 def test_decode_batch_of_different_lengths() -> None:
     run_case([Seq(context_len=n, q_len=1) for n in (1, 4, 5, 17, 30, 2)])
+
+
+@pytest.mark.parametrize("consecutive", [False, True])
+@pytest.mark.parametrize("context_len", [1, 16, 17, 70])
+def test_a_decode_alone_reads_its_blocks_in_place_or_gathered(context_len: int, consecutive: bool) -> None:
+    run_case([Seq(context_len=context_len, q_len=1)], seed=context_len, consecutive=consecutive)
+
+
+def test_decodes_of_one_length_and_a_decode_longer_than_a_chunk() -> None:
+    run_case([Seq(context_len=21, q_len=1) for _ in range(4)], seed=13)
+    run_case([Seq(context_len=40, q_len=1)], seed=14, attention=TorchAttention(decode_chunk_tokens=8), consecutive=True)
 
 
 def test_prefill_chunk_over_cached_prefix() -> None:
@@ -204,3 +217,15 @@ def test_decodes_and_prefill_in_bfloat16_match_float32_attention() -> None:
     got = attention.attend(q.bfloat16(), k_cache.bfloat16(), v_cache.bfloat16(), bf16_plan, scale)
     assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), expected, rtol=0.05, atol=0.05)
+
+
+def test_a_small_decode_runs_on_one_thread_and_gives_the_threads_back() -> None:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        # every decode chunk of these steps is under one_thread_keys, then over it
+        for keys in (1024, 0):
+            run_case([Seq(context_len=n, q_len=1) for n in (9, 30, 17)], seed=keys, attention=TorchAttention(one_thread_keys=keys))
+            assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)

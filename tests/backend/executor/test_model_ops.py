@@ -41,15 +41,16 @@ class CountingAttention(TorchAttention):
 def test_cpu_gets_the_torch_ops_with_packed_matrices_only_in_float32() -> None:
     fp32, bf16 = ops_for("cpu", torch.float32), ops_for("cpu", torch.bfloat16)
     for ops in (fp32, bf16):
-        assert isinstance(ops.attention, TorchAttention) and ops.rotary is rotary.rotate
+        assert isinstance(ops.attention, TorchAttention) and isinstance(ops.rotary, rotary.StepRotation)
     assert bf16.linear is F.linear and bf16.pack is None
     if cpu_linear.available():
         assert fp32.linear is cpu_linear.linear and fp32.pack is cpu_linear.pack
 
 
-def test_each_model_has_its_own_attention_buffers() -> None:
-    # The torch backend keeps gather buffers across steps: two models must not share one.
-    assert ops_for("cpu", torch.float32).attention is not ops_for("cpu", torch.float32).attention
+def test_each_model_has_its_own_attention_buffers_and_rotation_rows() -> None:
+    # The torch backend keeps gather buffers and the step's rotation rows across calls: two models must not share them.
+    first, second = ops_for("cpu", torch.float32), ops_for("cpu", torch.float32)
+    assert first.attention is not second.attention and first.rotary is not second.rotary
 
 
 def test_the_runner_plans_attention_once_per_step(tiny_gguf: Path) -> None:
