@@ -18,10 +18,10 @@ from torch import nn
 
 from backend.executor.model_config import ModelConfig
 from backend.executor.ops import ModelOps, ops_for
-from backend.executor.quant_blocks import BlockQuantized, Weight, as_float, concat_rows
-from backend.executor.quantized_linear import QuantizedWeight, form_for, quantize, quantize_int8
+from backend.executor.quant_blocks import Weight, as_float, concat_rows
+from backend.executor.quantized_linear import QuantizedWeight, form_for, quantize
 from backend.executor.rotary import Rotary
-from backend.executor.vocabulary import Vocabulary
+from backend.executor.vocabulary import Vocabulary, vocabulary_for
 
 
 class RMSNorm(nn.Module):
@@ -182,7 +182,7 @@ class LlamaModel(nn.Module):
         if form_for(quantization, embed) == "dense":
             _fill(self.embed_tokens, as_float(embed))
         else:
-            self._set_vocabulary("embed_tokens", _vocabulary(embed))
+            self._set_vocabulary("embed_tokens", vocabulary_for(embed))
             if self.config.tie_word_embeddings:
                 self._set_vocabulary("lm_head", self.embed_tokens)
         _fill(self.norm.weight, as_float(_take(own, "norm")))
@@ -193,7 +193,7 @@ class LlamaModel(nn.Module):
             if form_for(quantization, head) == "dense":
                 _fill(self.lm_head, as_float(head))
             else:
-                self._set_vocabulary("lm_head", _vocabulary(head))
+                self._set_vocabulary("lm_head", vocabulary_for(head))
         if own:
             raise ValueError(f"unexpected weights: {', '.join(sorted(own)[:5])}")
 
@@ -238,11 +238,6 @@ def _take(weights: dict[str, Weight], name: str) -> Weight:
         return weights.pop(name)
     except KeyError:
         raise ValueError(f"missing weight {name!r}") from None
-
-
-def _vocabulary(weight: Weight) -> Vocabulary:
-    # int8 whatever the mode: the embedding reads rows, and int8 keeps one scale per row
-    return Vocabulary(quantize_int8(weight), weight if isinstance(weight, BlockQuantized) else None)
 
 
 def _place(module: nn.Module, name: str, weight: Weight, quantization: str) -> None:

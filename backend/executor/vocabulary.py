@@ -19,24 +19,18 @@ import torch
 
 from backend.executor import block_kernel
 from backend.executor.block_linear import BlockWeight, from_blocks
-from backend.executor.quant_blocks import BlockQuantized
-from backend.executor.quantized_linear import Int8Weight
+from backend.executor.quant_blocks import BlockQuantized, Weight
+from backend.executor.quantized_linear import Int8Weight, quantize_int8
 
 REFINED = 16  # candidates per row recomputed in float32: far more than bfloat16's rounding can reorder
 
 
 @dataclass(slots=True)
 class Vocabulary:
-    """`table` for the product over every token; `exact`: the file's quantized rows, when it had them (given
-    with an int8 table; replaced by the kernel's form of the same blocks where the kernel loads)."""
+    """`table` for the product over every token; `exact`: the file's quantized rows beside an int8 table."""
 
     table: Int8Weight | BlockWeight
     exact: BlockQuantized | None
-
-    def __post_init__(self) -> None:
-        kernel = block_kernel.load() if self.exact is not None else None
-        if self.exact is not None and kernel is not None:
-            self.table, self.exact = from_blocks(self.exact, kernel), None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -58,3 +52,11 @@ class Vocabulary:
         rows = self.rows(top.flatten(), torch.float32).view(*top.shape, -1)
         exact = torch.bmm(rows, hidden.float().unsqueeze(-1)).squeeze(-1)
         return logits.scatter_(-1, top, exact)
+
+
+def vocabulary_for(weight: Weight) -> Vocabulary:
+    """The kernel's form of the file's blocks where it loads; else int8 whatever the mode (the embedding reads
+    rows, and int8 keeps one scale per row), with the file's own rows kept to recompute the leading logits."""
+    if isinstance(weight, BlockQuantized) and (kernel := block_kernel.load()) is not None:
+        return Vocabulary(from_blocks(weight, kernel), None)
+    return Vocabulary(quantize_int8(weight), weight if isinstance(weight, BlockQuantized) else None)
