@@ -70,11 +70,11 @@ def start_backends(stack: Stack, count: int, threads: int) -> list[str]:
 
 
 def start_gateway(stack: Stack, backends: list[str], mode: str, run: int,
-                  prefix_chars: int) -> tuple[str, subprocess.Popen[bytes]]:
+                  prefix_chars: int, load_epsilon: float) -> tuple[str, subprocess.Popen[bytes]]:
     port = free_port()
     config = {"admin_key": ADMIN_KEY, "data_dir": str(stack.workdir / f"gateway-{run}"), "log_level": "warning",
-              "routing": {"mode": mode, "prefix_chars": prefix_chars},
-              "timeouts": {"connect": 5.0, "first_token": 240.0, "idle": 60.0, "total": 600.0},
+              "routing": {"mode": mode, "prefix_chars": prefix_chars, "load_epsilon": load_epsilon},
+              "timeouts": {"connect": 5.0, "first_token": 600.0, "idle": 300.0, "total": 1200.0},
               "channels": [{"name": f"r{i + 1}", "base_url": url + "/v1", "models": ["smollm2"]}
                            for i, url in enumerate(backends)],
               "priority_classes": {"realtime": {"max_concurrency": 256, "queue_size": 1024, "queue_timeout": 600}}}
@@ -154,6 +154,7 @@ def main() -> None:
     # a 1,000-token system prompt of random words is about 6,000 characters: the default 4096 would key every
     # conversation of a tenant by its system prompt alone, and its turns could not follow their history
     parser.add_argument("--prefix-chars", type=int, default=65536, help="routing.prefix_chars of the gateway")
+    parser.add_argument("--load-epsilon", type=float, default=0.25, help="routing.load_epsilon of the gateway")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stops the replicas and gateways on the way out
@@ -170,7 +171,8 @@ def main() -> None:
             for index, (round_, mode) in enumerate(runs):
                 single = mode == "single"
                 url, proc = start_gateway(stack, backends[:1] if single else backends,
-                                          "prefix_affinity" if single else mode, index, args.prefix_chars)
+                                          "prefix_affinity" if single else mode, index, args.prefix_chars,
+                                          args.load_epsilon)
                 concurrency = max(TENANTS, args.concurrency // args.replicas) if single else args.concurrency
                 result = asyncio.run(drive(url, tenant_keys(url), args, tokenizer, 1000 + index, concurrency))
                 rows.append(figures(f"{mode} #{round_ + 1}", result, url) | {"mode": mode,
