@@ -80,12 +80,12 @@ def rendezvous_order(key: bytes, tier: Sequence[Target]) -> list[Target]:
 
 
 class ServedChains:
-    """The channel that last served each chain link: bounded, least recently served dropped first, and
-    decaying (a link unserved for `ttl` seconds is no longer trusted)."""
+    """The channels that served each chain link, and when: bounded (least recently served links dropped first)
+    and decaying (a channel that has not served a link for `ttl` seconds is no longer trusted to hold it)."""
 
     def __init__(self, max_links: int = MAX_CHAINS, ttl: float = CHAIN_TTL,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._links: OrderedDict[bytes, tuple[str, float]] = OrderedDict()
+        self._links: OrderedDict[bytes, dict[str, float]] = OrderedDict()
         self._max = max_links
         self._ttl = ttl
         self._clock = clock
@@ -96,24 +96,28 @@ class ServedChains:
     def served(self, chain: PrefixChain, channel: str) -> None:
         now = self._clock()
         for link in chain.links:
-            self._links[link] = (channel, now)
+            self._links.setdefault(link, {})[channel] = now
             self._links.move_to_end(link)
         while len(self._links) > self._max:
             self._links.popitem(last=False)
 
-    def holder(self, chain: PrefixChain, among: set[str]) -> str | None:
-        """The channel among `among` that last served the longest part of `chain` still trusted."""
+    def depths(self, chain: PrefixChain, among: set[str]) -> dict[str, int]:
+        """How many leading links of `chain` each channel of `among` is still trusted to hold (absent: none)."""
         oldest = self._clock() - self._ttl
-        for link in reversed(chain.links):
-            found = self._links.get(link)
-            if found is not None and found[0] in among and found[1] >= oldest:
-                return found[0]
-        return None
+        found: dict[str, int] = {}
+        for depth in range(len(chain.links), 0, -1):
+            for channel, when in self._links.get(chain.links[depth - 1], {}).items():
+                if channel in among and when >= oldest:
+                    found.setdefault(channel, depth)
+            if len(found) == len(among):
+                break
+        return found
 
 
 class PrefixAffinity:
-    """Chooses within a tier: the channel holding the request's chain, else the chain head's rendezvous choice,
-    unless its load is above the bound; then the next in order. Counts the choices the bound overrode."""
+    """Chooses within a tier: the channel holding the longest part of the request's chain (the less loaded among
+    equals), else the chain head's rendezvous choice, unless its load is above the bound; then the next in that
+    order. Counts the choices the bound overrode."""
 
     def __init__(self, chains: ServedChains | None = None) -> None:
         self.chains = chains or ServedChains()
@@ -121,9 +125,16 @@ class PrefixAffinity:
 
     def choose(self, tier: Sequence[Target], chain: PrefixChain, epsilon: float) -> Target:
         order = rendezvous_order(chain.links[0], tier)
-        held = self.chains.holder(chain, {c.name for c, _ in tier})
-        if held is not None:
-            order.sort(key=lambda target: target[0].name != held)  # stable: the rest keep their rendezvous order
+        depth = self.chains.depths(chain, {c.name for c, _ in tier})
+        # Several replicas hold a tenant's system prompt once its conversations have spread: a new conversation
+        # then goes to the less loaded of them, and its later turns follow the one replica holding their history.
+        # Unheld, the rendezvous order alone decides, so that gateways agree and a replica leaving moves only its keys.
+        def preference(ranked: tuple[int, Target]) -> tuple[int, float, int]:
+            rank, (channel, _) = ranked
+            held = depth.get(channel.name, 0)
+            return -held, channel.in_flight / channel.config.weight if held else 0.0, rank
+
+        order = [target for _, target in sorted(enumerate(order), key=preference)]
         chosen = next((t for t in order if _within_bound(t[0], tier, epsilon)), None)
         if chosen is None:  # the bound rounds up, so some channel is always within it; kept for safety
             chosen = min(order, key=lambda t: t[0].in_flight / t[0].config.weight)

@@ -69,6 +69,20 @@ def test_a_conversation_stays_on_one_replica_below_the_bound_and_moves_above_it(
     assert {route_and_serve(router, chat(turn)).name for turn in range(7, 10)} == {moved.name}
 
 
+def test_a_new_conversation_goes_to_the_less_loaded_holder_of_its_system_prompt_and_stays_there() -> None:
+    channels = replicas(3)
+    router = Router(channels, random.Random(1), routing=AFFINITY)
+    for name in ("r0", "r1"):  # earlier conversations left the shared system prompt on r0 and r1, not r2
+        router.affinity.chains.served(prefix_chain(chat(2, topic=f"a refund from {name}"), "tenant-a", 4096), name)
+    channels[0].in_flight, channels[1].in_flight = 3, 1
+    topic = "a parcel that never arrived " * 12  # a first turn long enough to fill chunks of its own
+    assert route_and_serve(router, chat(1, topic)).name == "r1"
+    # its own history outweighs r0's lighter load, within the bound
+    channels[0].in_flight, channels[1].in_flight, channels[2].in_flight = 1, 2, 2
+    assert route_and_serve(router, chat(2, topic)).name == "r1"
+    assert router.affinity.overrides == Counter()
+
+
 def test_least_loaded_mode_does_not_route_by_prefix() -> None:
     router = Router(replicas(3), random.Random(1))
     assert router.prefix("m", chat(3), "s") is None
@@ -104,7 +118,7 @@ def test_two_tenants_with_the_same_prompt_share_no_chain_and_no_cache_salt() -> 
     a, b = prefix_chain(chat(3), "salt-a", 4096), prefix_chain(chat(3), "salt-b", 4096)
     assert not set(a.links) & set(b.links)
     served_a = route_and_serve(router, chat(3), "salt-a")
-    assert router.affinity.chains.holder(b, {served_a.name}) is None  # B is never steered to A's cached copy
+    assert router.affinity.chains.depths(b, {served_a.name}) == {}  # B is never steered to A's cached copy
 
     def key(key_id: str, account: str, scope: str) -> KeyInfo:
         return KeyInfo(key_id, "", account, None, None, None, datetime.now(UTC), None, scope)
@@ -120,10 +134,10 @@ def test_the_learned_map_is_bounded_and_forgets_what_was_not_served_for_its_ttl(
     chains = ServedChains(max_links=8, ttl=10.0, clock=lambda: now[0])
     chain = prefix_chain(chat(2), "s", 4096)
     chains.served(chain, "r0")
-    assert len(chains) <= 8 and chains.holder(chain, {"r0", "r1"}) == "r0"
-    assert chains.holder(chain, {"r1"}) is None  # a holder that left the tier does not count
+    assert len(chains) <= 8 and chains.depths(chain, {"r0", "r1"}) == {"r0": len(chain.links)}
+    assert chains.depths(chain, {"r1"}) == {}  # a holder that left the tier does not count
     now[0] = 11.0
-    assert chains.holder(chain, {"r0"}) is None
+    assert chains.depths(chain, {"r0"}) == {}
     affinity = PrefixAffinity(chains)
     assert affinity.overrides == Counter()
 
