@@ -16,7 +16,8 @@ class Routing(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    mode: Literal["least_loaded", "prefix_affinity"] = "least_loaded"
+    # prefix_affinity since the benchmark of docs/benchmarks.md showed its win (cached share, TTFT, throughput)
+    mode: Literal["least_loaded", "prefix_affinity"] = "prefix_affinity"
     # prefix_affinity: the preferred channel is passed over once its in-flight count would exceed
     # (1 + load_epsilon) x the tier's mean
     load_epsilon: float = Field(default=0.25, ge=0, le=10)

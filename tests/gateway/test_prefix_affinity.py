@@ -84,7 +84,7 @@ def test_a_new_conversation_goes_to_the_less_loaded_holder_of_its_system_prompt_
 
 
 def test_least_loaded_mode_does_not_route_by_prefix() -> None:
-    router = Router(replicas(3), random.Random(1))
+    router = Router(replicas(3), random.Random(1), routing=Routing(mode="least_loaded"))
     assert router.prefix("m", chat(3), "s") is None
     assert len({router.route("m").channel.name for _ in range(60)}) == 3  # type: ignore[union-attr]
 
@@ -147,8 +147,8 @@ def test_routing_is_configured_at_the_top_and_overridden_per_model_group() -> No
     settings = GatewaySettings(channels=[channel], routing={"mode": "prefix_affinity", "prefix_chars": 2048},
                                model_groups={"g": {"targets": [{"channel": "r0", "model": "m"}],
                                                    "routing": {"mode": "least_loaded"}}})
-    assert settings.routing.load_epsilon == 0.25 and GatewaySettings().routing.mode == "least_loaded"
-    groups = {"g": ModelGroup(targets=[Target(channel="r0", model="m")], routing=Routing())}
+    assert settings.routing.load_epsilon == 0.25 and GatewaySettings().routing.mode == "prefix_affinity"
+    groups = {"g": ModelGroup(targets=[Target(channel="r0", model="m")], routing=Routing(mode="least_loaded"))}
     router = Router(replicas(1), routing=settings.routing, groups=groups)
     assert router.routing_of("m").mode == "prefix_affinity" and router.routing_of("g").mode == "least_loaded"
     for bad in ({"mode": "random"}, {"load_epsilon": -1}, {"prefix_chars": 0}, {"spare": 1}):
