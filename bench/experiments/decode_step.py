@@ -66,10 +66,10 @@ def products_fn(model: LlamaModel, batch: int) -> Callable[[], None]:
         for layer in model.layers:
             # Older checkouts kept the product on each layer, and before that had only F.linear.
             linear = model.ops.linear if hasattr(model, "ops") else getattr(layer, "linear", F.linear)
-            linear(x, layer.qkv_proj)
-            linear(o_in, layer.o_proj)
-            linear(x, layer.gate_up_proj)
-            linear(down_in, layer.down_proj)
+            for rows, weight in ((x, layer.qkv_proj), (o_in, layer.o_proj), (x, layer.gate_up_proj),
+                                 (down_in, layer.down_proj)):
+                # Quantized forms (--quantization) carry their own product.
+                weight.linear(rows) if hasattr(weight, "linear") else linear(rows, weight)
         model.compute_logits(x)
 
     return products
@@ -97,9 +97,10 @@ def main() -> None:
     parser.add_argument("--consecutive", action="store_true",
                         help="give each sequence consecutive blocks, as a fresh pool does, instead of scattered ones")
     parser.add_argument("--profile", action="store_true", help="print the top torch ops of three steps")
+    parser.add_argument("--quantization", default="none", choices=["auto", "none", "int8", "int4"])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    model = load_model(pull("smollm2", quiet=True)).model
+    model = load_model(pull("smollm2", quiet=True), quantization=args.quantization).model
     batches = [int(b) for b in args.batch.split(",")]
     results: dict[int, tuple[tuple[float, float], tuple[float, float]]] = {}
 
