@@ -4,6 +4,7 @@ handler, then an audit entry for each change."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import fields, is_dataclass
 from datetime import datetime
@@ -20,7 +21,8 @@ from gateway.admin_channels import channel_routes
 from gateway.admin_money import AdminMoney
 from gateway.auth import client_address
 from gateway.channel_registry import ChannelRegistry
-from gateway.errors import ApiError, invalid_request, not_found
+from gateway.errors import ApiError, invalid_request, not_found, unavailable
+from limiter import REDIS_DOWN
 from quota import UNSET, InvalidRequest, NotFound, Quota, QuotaService
 from quota.audit import AuditEntry
 from tidegate.request_id import request_id as request_id_of
@@ -32,6 +34,7 @@ UPDATABLE = {
     "keys": ("name", "models", "quota", "priority_class", "expires_at", "allowed_ips"),
 }
 READS = ("GET", "HEAD")
+log = logging.getLogger("tidegate.gateway")
 
 
 def to_json(value: Any) -> Any:
@@ -109,6 +112,11 @@ class AdminApi:
                 return invalid_request(str(error)).response(request_id)
             except NotFound as error:
                 return not_found(str(error.args[0] if error.args else error)).response(request_id)
+            except REDIS_DOWN as error:  # the store is out of reach: the caller may retry, it is not a bug
+                log.warning("admin %s %s: the store is unreachable (%s) request_id=%s", request.method,
+                            request.url.path, type(error).__name__, request_id)
+                return unavailable("the store is unavailable; retry shortly", 1.0,
+                                   "store_unavailable").response(request_id)
         return endpoint
 
     async def _audit_change(self, request: Request, rule: Rule, target: Target, after: Any, request_id: str) -> None:

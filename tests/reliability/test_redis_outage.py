@@ -70,6 +70,13 @@ async def test_redis_outage_follows_each_policy_and_loses_no_usage(tmp_path: Pat
             await wait_until_async(
                 lambda: all(sum(row[0] > down_at for row in rows) >= 10 for rows in results.values()),
                 what="ten requests per key answered during the outage")
+            with gateway.admin() as admin:  # the admin API cannot read or write its records: 503, never 500
+                for method, path, body in (("GET", "/admin/accounts", None), ("POST", "/admin/accounts",
+                                                                             {"name": "during the outage"})):
+                    answer = admin.request(method, path, json=body)
+                    assert answer.status_code == 503, (method, path, answer.text)
+                    assert answer.json()["error"]["code"] == "store_unavailable"
+                    assert answer.headers["retry-after"] == "1"
             up_at = time.monotonic()
             redis.start()
             # recovery takes a retry interval plus Redis's start and the replay of what was settled meanwhile
