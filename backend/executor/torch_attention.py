@@ -42,11 +42,12 @@ class TorchAttention:
 
     Where the kernel serves (a float32 cache on the CPU, the kernel built), every sequence with at most
     `paged_kernel.MAX_QUERY_TOKENS` new tokens goes through it, reading the cache in place; longer prefill
-    chunks keep SDPA. Without the kernel, decodes are sorted by context length and cut into chunks of about `decode_chunk_tokens` padded keys. Each
-    chunk's blocks are gathered into a reused buffer small enough to stay in the CPU cache, so the keys and
-    values come from memory once per layer; sorting keeps the padding to the longest context small when
-    lengths are mixed. Each prefill chunk gets its own `scaled_dot_product_attention` call (its cost dwarfs
-    the call overhead). A chunk of at most `one_thread_keys` padded keys runs on one thread, as its plan says.
+    chunks keep SDPA. Without the kernel, decodes are sorted by context length and cut into chunks of about
+    `decode_chunk_tokens` padded keys. Each chunk's blocks are gathered into a reused buffer small enough to
+    stay in the CPU cache, so the keys and values come from memory once per layer; sorting keeps the padding
+    to the longest context small when lengths are mixed. Each prefill chunk gets its own
+    `scaled_dot_product_attention` call (its cost dwarfs the call overhead). A decode chunk of at most
+    `one_thread_keys` padded keys runs on one thread, as its plan says.
     """
 
     graph_safe = False  # plans each step on the host
@@ -55,6 +56,8 @@ class TorchAttention:
         self.decode_chunk_tokens = decode_chunk_tokens
         self.one_thread_keys = one_thread_keys
         self.use_kernel = use_kernel  # False keeps the SDPA path everywhere (tests compare the two)
+        if use_kernel:
+            paged_kernel.available()  # finds or builds the kernel while the model loads, not in the first step
         self._buffers = [torch.empty(0), torch.empty(0)]  # keys, values
 
     def plan(self, meta: AttentionMetadata, block_size: int, dtype: torch.dtype) -> TorchAttentionPlan:
