@@ -31,7 +31,7 @@ import torch
 log = logging.getLogger(__name__)
 
 NAME = "tidegate_block_matmul"
-SOURCE = Path(__file__).with_name("csrc") / "block_matmul.cpp"
+SOURCES = [Path(__file__).with_name("csrc") / name for name in ("block_matmul.cpp", "paged_attention.cpp")]
 _FLAGS = ["-O3", "-std=c++17"]
 BUILD_SECONDS = 80  # measured on a busy 2-core machine (65-85 s); the log line tells users what the first start costs
 
@@ -39,7 +39,7 @@ BUILD_SECONDS = 80  # measured on a busy 2-core machine (65-85 s); the log line 
 def cache_dir() -> Path:
     """Where this torch and this source's build lives."""
     root = Path(os.environ.get("TIDEGATE_KERNEL_DIR", "~/.cache/tidegate/kernels")).expanduser()
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(_FLAGS).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(b"".join(s.read_bytes() for s in SOURCES) + " ".join(_FLAGS).encode()).hexdigest()[:12]
     return root / f"{torch.__version__}-{digest}"
 
 
@@ -61,7 +61,7 @@ def _compile(build_dir: Path) -> ModuleType:
 
     _put_ninja_on_path()
     module: ModuleType = cpp_extension.load(
-        name=NAME, sources=[str(SOURCE)], build_directory=str(build_dir), extra_cflags=_FLAGS, verbose=False
+        name=NAME, sources=[str(s) for s in SOURCES], build_directory=str(build_dir), extra_cflags=_FLAGS, verbose=False
     )
     return module
 

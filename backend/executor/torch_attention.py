@@ -1,4 +1,4 @@
-"""Paged attention with torch ops: the reference implementation, and fast enough for CPU serving."""
+"""Paged attention with torch ops (the reference), and the C++ decode kernel where it serves (CPU serving)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from backend.executor import paged_kernel
 from backend.executor.attention import AttentionMetadata
+from backend.executor.paged_kernel import KernelRows
 
 
 @dataclass(slots=True)
@@ -19,12 +21,14 @@ class _DecodeChunk:
     first_block: int | None  # one sequence whose blocks are consecutive from this id: read in place, no gather
     length: int  # the longest context; every key up to it is visible when `bias` is None
     bias: torch.Tensor | None  # [m, 1, 1, n * block_size] 0 where a key is visible, -inf past a shorter end
+    one_thread: bool  # few keys: the second thread gains less than its barrier costs, most of all on a busy machine
 
 
 @dataclass(slots=True)
 class TorchAttentionPlan:
     """What every layer of one step shares, computed once by `TorchAttention.plan`."""
 
+    kernel: KernelRows | None  # the sequences the C++ kernel attends (then `decodes` is empty)
     decodes: list[_DecodeChunk]
     covers_all_rows: bool  # no padded rows, so the output needs no zero fill
     decode_only: bool  # one decode chunk holding every row in order: its result is the output as it is
@@ -34,26 +38,33 @@ class TorchAttentionPlan:
 
 
 class TorchAttention:
-    """Reference paged attention with torch ops; fast enough for CPU serving.
+    """Paged attention with torch ops, and the C++ decode kernel (paged_kernel.py) where it serves.
 
-    Decodes are sorted by context length and cut into chunks of about `decode_chunk_tokens` padded keys. Each
-    chunk's blocks are gathered into a reused buffer small enough to stay in the CPU cache, so the keys and
-    values come from memory once per layer; sorting keeps the padding to the longest context small when
-    lengths are mixed. Each prefill chunk gets its own `scaled_dot_product_attention` call (its cost dwarfs
-    the call overhead). A chunk of at most `one_thread_keys` padded keys runs on one thread: there the second
-    thread gains less than its barrier costs, most of all on a busy machine.
+    Where the kernel serves (a float32 cache on the CPU, the kernel built), every sequence with at most
+    `paged_kernel.MAX_QUERY_TOKENS` new tokens goes through it, reading the cache in place; longer prefill
+    chunks keep SDPA. Without the kernel, decodes are sorted by context length and cut into chunks of about
+    `decode_chunk_tokens` padded keys. Each chunk's blocks are gathered into a reused buffer small enough to
+    stay in the CPU cache, so the keys and values come from memory once per layer; sorting keeps the padding
+    to the longest context small when lengths are mixed. Each prefill chunk gets its own
+    `scaled_dot_product_attention` call (its cost dwarfs the call overhead). A decode chunk of at most
+    `one_thread_keys` padded keys runs on one thread, as its plan says.
     """
 
     graph_safe = False  # plans each step on the host
 
-    def __init__(self, decode_chunk_tokens: int = 4096, one_thread_keys: int = 1024) -> None:
+    def __init__(self, decode_chunk_tokens: int = 4096, one_thread_keys: int = 1024, use_kernel: bool = True) -> None:
         self.decode_chunk_tokens = decode_chunk_tokens
         self.one_thread_keys = one_thread_keys
+        self.use_kernel = use_kernel  # False keeps the SDPA path everywhere (tests compare the two)
+        if use_kernel:
+            paged_kernel.available()  # finds or builds the kernel while the model loads, not in the first step
         self._buffers = [torch.empty(0), torch.empty(0)]  # keys, values
 
     def plan(self, meta: AttentionMetadata, block_size: int, dtype: torch.dtype) -> TorchAttentionPlan:
-        """Split the step into length-sorted decode chunks and prefill chunks, once for all its layers."""
-        return _make_plan(meta, block_size, dtype, self.decode_chunk_tokens)
+        """Split the step into kernel rows or length-sorted decode chunks, and prefill chunks, once for all layers."""
+        kernel = self.use_kernel and paged_kernel.serves(meta, dtype)
+        one_thread_keys = self.one_thread_keys if torch.get_num_threads() > 1 else -1
+        return _make_plan(meta, block_size, dtype, self.decode_chunk_tokens, one_thread_keys, kernel)
 
     def write_kv(
         self,
@@ -84,7 +95,9 @@ class TorchAttention:
             return self._decode(q, k_cache, v_cache, plan.decodes[0], scale)
         group = q.shape[1] // k_cache.shape[2]
         # Padded rows stay zero rather than garbage.
-        out = torch.empty_like(q) if plan.covers_all_rows else torch.zeros_like(q)
+        out = (torch.empty if plan.covers_all_rows else torch.zeros)(q.shape, dtype=q.dtype, device=q.device)
+        if plan.kernel is not None:
+            paged_kernel.attend(q, k_cache, v_cache, out, plan.kernel, scale)
         for chunk in plan.decodes:
             out.index_copy_(0, chunk.rows, self._decode(q.index_select(0, chunk.rows), k_cache, v_cache, chunk, scale))
         for start, q_len, ctx_len, blocks in plan.prefills:
@@ -106,9 +119,8 @@ class TorchAttention:
             values = self._gather(v_cache, chunk.blocks, 1).view(m, -1, kvh, d)
         if chunk.bias is None:
             keys, values = keys[:, : chunk.length], values[:, : chunk.length]
-        threads = torch.get_num_threads()
-        alone = threads > 1 and keys.shape[0] * keys.shape[1] <= self.one_thread_keys
-        if alone:
+        if chunk.one_thread:
+            threads = torch.get_num_threads()
             torch.set_num_threads(1)  # the calling thread's OpenMP setting; restored at once
         try:
             # Heads-first views of the gathered [m, n, kvh, d]: the fused kernel reads strides, nothing is copied.
@@ -117,7 +129,7 @@ class TorchAttention:
                 enable_gqa=kvh != q.shape[1],
             )
         finally:
-            if alone:
+            if chunk.one_thread:
                 torch.set_num_threads(threads)
         return res.reshape(m, -1, d)
 
@@ -132,25 +144,34 @@ class TorchAttention:
 
 
 def _make_plan(
-    meta: AttentionMetadata, block_size: int, dtype: torch.dtype, chunk_tokens: int
+    meta: AttentionMetadata, block_size: int, dtype: torch.dtype, chunk_tokens: int, one_thread_keys: int,
+    kernel: bool,
 ) -> TorchAttentionPlan:
     starts = meta.query_start_loc.tolist()
     ctx_lens = meta.context_lens.tolist()
     decodes: list[int] = []
+    short: list[int] = []
     prefills: list[tuple[int, int, int, torch.Tensor]] = []
     for i, ctx_len in enumerate(ctx_lens):
         start, q_len = starts[i], starts[i + 1] - starts[i]
         if q_len == 0:
             continue
+        if kernel and q_len <= paged_kernel.MAX_QUERY_TOKENS:
+            short.append(i)
+            continue
         if q_len == 1:
             decodes.append(i)
             continue
         prefills.append((start, q_len, ctx_len, meta.block_tables[i, : -(-ctx_len // block_size)].long()))
+    rows = None
+    if short:
+        q_lens = [starts[i + 1] - starts[i] for i in short]
+        rows = paged_kernel.rows_for(meta, short, [starts[i] for i in short], q_lens)
     chunks: list[_DecodeChunk] = []
     first = 0
     if decodes and len(decodes) * _padded(max(ctx_lens[i] for i in decodes), block_size) <= chunk_tokens:
         # One chunk is padded to the longest whatever the order: keep the step's, so rows need no shuffling.
-        chunks.append(_decode_chunk(meta, decodes, [starts[i] for i in decodes], block_size, dtype))
+        chunks.append(_decode_chunk(meta, decodes, [starts[i] for i in decodes], block_size, dtype, one_thread_keys))
         first = len(decodes)
     decodes.sort(key=lambda i: ctx_lens[i])
     while first < len(decodes):
@@ -158,15 +179,17 @@ def _make_plan(
         end = first + 1
         while end < len(decodes) and (end + 1 - first) * _padded(ctx_lens[decodes[end]], block_size) <= chunk_tokens:
             end += 1
-        rows = [starts[i] for i in decodes[first:end]]
-        chunks.append(_decode_chunk(meta, decodes[first:end], rows, block_size, dtype))
+        chunk_rows = [starts[i] for i in decodes[first:end]]
+        chunks.append(_decode_chunk(meta, decodes[first:end], chunk_rows, block_size, dtype, one_thread_keys))
         first = end
     covers_all_rows = starts[-1] == int(meta.slot_mapping.numel())
     decode_only = covers_all_rows and not prefills and len(decodes) == len(ctx_lens) and len(chunks) == 1
     written = torch.nonzero(meta.slot_mapping >= 0).squeeze(1)
     if written.numel() == meta.slot_mapping.numel():
-        return TorchAttentionPlan(chunks, covers_all_rows, decode_only, prefills, meta.slot_mapping, None)
-    return TorchAttentionPlan(chunks, covers_all_rows, decode_only, prefills, meta.slot_mapping[written], written)
+        return TorchAttentionPlan(rows, chunks, covers_all_rows, decode_only, prefills, meta.slot_mapping, None)
+    return TorchAttentionPlan(
+        rows, chunks, covers_all_rows, decode_only, prefills, meta.slot_mapping[written], written
+    )
 
 
 def _padded(ctx_len: int, block_size: int) -> int:
@@ -174,7 +197,8 @@ def _padded(ctx_len: int, block_size: int) -> int:
 
 
 def _decode_chunk(
-    meta: AttentionMetadata, seqs: list[int], rows: list[int], block_size: int, dtype: torch.dtype
+    meta: AttentionMetadata, seqs: list[int], rows: list[int], block_size: int, dtype: torch.dtype,
+    one_thread_keys: int,
 ) -> _DecodeChunk:
     device = meta.context_lens.device
     idx = torch.tensor(seqs, dtype=torch.long, device=device)
@@ -193,7 +217,8 @@ def _decode_chunk(
         hidden = torch.arange(nb * block_size, device=device)[None, :] >= lens[:, None]
         bias = torch.zeros(hidden.shape, dtype=dtype, device=device).masked_fill_(hidden, float("-inf"))[:, None, None]
     rows_t = torch.tensor(rows, dtype=torch.long, device=device)
-    return _DecodeChunk(rows_t, table.reshape(-1), first_block, length, bias)
+    keys = len(seqs) * (length if bias is None else nb * block_size)
+    return _DecodeChunk(rows_t, table.reshape(-1), first_block, length, bias, keys <= one_thread_keys)
 
 
 def _prefill_attention(

@@ -1,4 +1,5 @@
-"""Paged TorchAttention equals dense causal attention, whatever the block layout and batch mix, from one plan per step."""
+"""Paged TorchAttention equals dense causal attention, whatever the block layout and batch mix, from one plan per step,
+through the C++ decode kernel and through SDPA alike."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from backend.executor.attention import AttentionMetadata
 from backend.executor.torch_attention import TorchAttention
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 6, 2, 16, 4
+
+pytestmark = pytest.mark.usefixtures("attention_path")
 
 
 @dataclass

@@ -1,0 +1,340 @@
+// Decode attention over the paged KV cache, read in place: no gather of a sequence's blocks into a buffer.
+//
+// For each sequence (a few query tokens at the end of its context: one for a decode, 1 + k when k draft
+// tokens are verified), its queries walk the sequence's blocks through its block table and keep an online
+// softmax (running maximum, running sum and the weighted sum of values, all float32); each KV head serves its
+// group of query heads (GQA). The cache is [blocks, block_size, kv_heads, head_dim] float32 (see
+// attention.py). A work item is a sequence's range of blocks, all heads at once, so that it reads each block
+// as one contiguous run (per KV head, its rows of a block are strided), and prefetches the next block, since a
+// scattered block table defeats the hardware prefetcher. A sequence is split into ranges only when there are
+// too few sequences to keep every thread busy; the ranges' softmax states are then merged.
+// An AVX2+FMA path is chosen at run time for head_dim a multiple of 8; a scalar path runs elsewhere. Nothing
+// needs AVX-512.
+//
+// Registered as torch.ops.tidegate.paged_attention, because the extension's Python module is block_matmul.cpp's.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr int64_t kMinSplitBlocks = 4;  // a split range shorter than this costs more to merge than it saves
+// Multiply-adds below which a second thread costs more than it gains: the step is memory-bound, and waking a
+// passive OpenMP worker for each of a step's 30 calls cost more than one batch-1 call (measured, 2-core AVX2).
+constexpr int64_t kSerialWork = 1 << 21;
+
+struct Cache {
+  const float* keys;
+  const float* values;
+  int64_t num_blocks, block_size, kv_heads, dim;
+  int64_t row() const { return kv_heads * dim; }  // floats between consecutive tokens of one block
+};
+
+struct Query {
+  const float* q;  // [T, heads, dim], any token and head strides (q is often a view of the fused q|k rows)
+  float* out;  // [T, heads, dim], contiguous
+  int64_t heads, group, token_stride, head_stride;
+  const float* at(int64_t token, int64_t head) const { return q + token * token_stride + head * head_stride; }
+};
+
+// One sequence's slice of the step, as the work items see it.
+struct Sequence {
+  int64_t start, q_len, context;
+  const int32_t* table;
+};
+
+struct Item {
+  int64_t seq, first_block, end_block;
+  int64_t state;  // offset of its softmax state in the scratch: per query, maximums, then sums, then weighted values
+};
+
+// Keys of query row j (of q_len) are visible up to this many positions: causal over the verified drafts.
+inline int64_t visible(const Sequence& s, int64_t j) { return s.context - s.q_len + j + 1; }
+
+void scores_scalar(const float* q, const float* keys, int64_t row, int64_t n, int64_t dim, float scale, float* s) {
+  for (int64_t t = 0; t < n; ++t) {
+    const float* k = keys + t * row;
+    float dot = 0.0f;
+    for (int64_t c = 0; c < dim; ++c) dot += q[c] * k[c];
+    s[t] = dot * scale;
+  }
+}
+
+void exp_scalar(float* p, int64_t n, float max) {
+  for (int64_t t = 0; t < n; ++t) p[t] = std::exp(p[t] - max);
+}
+
+void accumulate_scalar(float* acc, float correction, const float* p, const float* values, int64_t row, int64_t n,
+                       int64_t dim) {
+  for (int64_t c = 0; c < dim; ++c) acc[c] *= correction;
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t c = 0; c < dim; ++c) acc[c] += p[t] * values[t * row + c];
+}
+
+#if defined(__x86_64__)
+#define AVX2_TARGET __attribute__((target("avx2,fma")))
+
+AVX2_TARGET inline float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+// exp(x) for x <= 0 (scores minus their maximum): Cephes' degree-5 polynomial after a 2^n range reduction,
+// within 2 ulp of std::exp; underflows to 0 below -87, as softmax needs.
+AVX2_TARGET inline __m256 exp_avx2(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
+}
+
+AVX2_TARGET void scores_avx2(const float* q, const float* keys, int64_t row, int64_t n, int64_t dim, float scale,
+                             float* s) {
+  int64_t t = 0;
+  for (; t + 8 <= n; t += 8) {  // eight keys at once: eight independent FMA chains, each query vector loaded once
+    __m256 a[8];
+    for (int i = 0; i < 8; ++i) a[i] = _mm256_setzero_ps();
+    const float* k = keys + t * row;
+    for (int64_t c = 0; c < dim; c += 8) {
+      const __m256 qc = _mm256_loadu_ps(q + c);
+      for (int i = 0; i < 8; ++i) a[i] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + i * row + c), a[i]);
+    }
+    // Horizontal sums of the eight at once: within each 128-bit lane, then the two lanes added.
+    const __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    const __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    const __m256 sums = _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
+    _mm256_storeu_ps(s + t, _mm256_mul_ps(sums, _mm256_set1_ps(scale)));
+  }
+  for (; t < n; ++t) {
+    __m256 a = _mm256_setzero_ps();
+    const float* k = keys + t * row;
+    for (int64_t c = 0; c < dim; c += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(k + c), a);
+    s[t] = hsum(a) * scale;
+  }
+}
+
+AVX2_TARGET void exp_avx2(float* p, int64_t n, float max) {
+  const __m256 m = _mm256_set1_ps(max);
+  int64_t t = 0;
+  for (; t + 8 <= n; t += 8) _mm256_storeu_ps(p + t, exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p + t), m)));
+  for (; t < n; ++t) p[t] = std::exp(p[t] - max);
+}
+
+// C vectors (8C floats) of the accumulator held in registers over all n keys: C independent FMA chains.
+template <int C>
+AVX2_TARGET void accumulate_columns_avx2(float* acc, __m256 correction, const float* p, const float* values,
+                                         int64_t row, int64_t n) {
+  __m256 a[C];
+  for (int c = 0; c < C; ++c) a[c] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * c), correction);
+  for (int64_t t = 0; t < n; ++t) {
+    const __m256 pt = _mm256_set1_ps(p[t]);
+    for (int c = 0; c < C; ++c) a[c] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(values + t * row + 8 * c), a[c]);
+  }
+  for (int c = 0; c < C; ++c) _mm256_storeu_ps(acc + 8 * c, a[c]);
+}
+
+AVX2_TARGET void accumulate_avx2(float* acc, float correction, const float* p, const float* values, int64_t row,
+                                 int64_t n, int64_t dim) {
+  const __m256 corr = _mm256_set1_ps(correction);
+  int64_t c = 0;
+  for (; c + 64 <= dim; c += 64) accumulate_columns_avx2<8>(acc + c, corr, p, values + c, row, n);
+  for (; c + 32 <= dim; c += 32) accumulate_columns_avx2<4>(acc + c, corr, p, values + c, row, n);
+  for (; c < dim; c += 8) accumulate_columns_avx2<1>(acc + c, corr, p, values + c, row, n);
+}
+#endif
+
+std::atomic<bool> scalar_only{false};  // set by tests, so that the portable path runs on AVX2 machines too
+
+bool use_avx2() {
+#if defined(__x86_64__)
+  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return supported && !scalar_only.load();
+#else
+  return false;
+#endif
+}
+
+void prefetch(const float* from, int64_t floats) {
+  for (int64_t i = 0; i < floats; i += 16) __builtin_prefetch(from + i);  // one 64-byte line per 16 floats
+}
+
+// The queries of one item (q_len rows x heads, query i = row * heads + head) against its range of blocks.
+void attend_item(const Cache& cache, const Query& query, const Sequence& s, const Item& item, float scale, bool avx2,
+                 float* state, std::vector<float>& p) {
+  const int64_t dim = cache.dim, row = cache.row(), bs = cache.block_size, queries = s.q_len * query.heads;
+  float* maxima = state;
+  float* sums = state + queries;
+  std::fill(maxima, maxima + queries, kNegInf);
+  std::fill(sums, sums + queries * (dim + 1), 0.0f);
+  for (int64_t b = item.first_block; b < item.end_block; ++b) {
+    // Each head prefetches its share of the next block: all of it at once measured slower (fill buffers run out).
+    const int64_t next = b + 1 < item.end_block ? s.table[b + 1] * bs * row : -1;
+    const int64_t share = (bs * row / query.heads + 15) / 16 * 16;
+    for (int64_t head = 0; head < query.heads; ++head) {
+      const int64_t from = head * share, floats = std::min(share, bs * row - from);
+      if (next >= 0 && floats > 0) {
+        prefetch(cache.keys + next + from, floats);
+        prefetch(cache.values + next + from, floats);
+      }
+      const int64_t offset = (s.table[b] * bs * cache.kv_heads + head / query.group) * dim;
+      const float* keys = cache.keys + offset;
+      const float* values = cache.values + offset;
+      for (int64_t j = 0; j < s.q_len; ++j) {
+        const int64_t n = std::min(bs, visible(s, j) - b * bs);
+        if (n <= 0) continue;  // this row's causal limit ends before the block
+        const int64_t qi = j * query.heads + head;
+        const float* q = query.at(s.start + j, head);
+#if defined(__x86_64__)
+        if (avx2) scores_avx2(q, keys, row, n, dim, scale, p.data());
+        else
+#endif
+          scores_scalar(q, keys, row, n, dim, scale, p.data());
+        const float block_max = *std::max_element(p.begin(), p.begin() + n);
+        const float max = std::max(maxima[qi], block_max);
+        const float correction = maxima[qi] == kNegInf ? 0.0f : std::exp(maxima[qi] - max);
+        float* acc = state + 2 * queries + qi * dim;
+#if defined(__x86_64__)
+        if (avx2) {
+          exp_avx2(p.data(), n, max);
+          accumulate_avx2(acc, correction, p.data(), values, row, n, dim);
+        } else
+#endif
+        {
+          exp_scalar(p.data(), n, max);
+          accumulate_scalar(acc, correction, p.data(), values, row, n, dim);
+        }
+        float sum = 0.0f;
+        for (int64_t t = 0; t < n; ++t) sum += p[t];
+        sums[qi] = sums[qi] * correction + sum;
+        maxima[qi] = max;
+      }
+    }
+  }
+}
+
+// Merges the softmax states of one sequence's ranges, items [first, end) (often just one), into the output.
+void merge(const Query& query, const Sequence& s, const std::vector<Item>& items, int64_t first, int64_t end,
+           int64_t dim, const float* scratch) {
+  const int64_t queries = s.q_len * query.heads;
+  std::vector<float> acc(dim);
+  for (int64_t qi = 0; qi < queries; ++qi) {
+    float max = kNegInf;
+    for (int64_t i = first; i < end; ++i) max = std::max(max, scratch[items[i].state + qi]);
+    float sum = 0.0f;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int64_t i = first; i < end; ++i) {
+      const float* part = scratch + items[i].state;
+      if (part[qi] == kNegInf) continue;  // the range lies wholly past this row's causal limit
+      const float weight = std::exp(part[qi] - max);
+      sum += part[queries + qi] * weight;
+      for (int64_t c = 0; c < dim; ++c) acc[c] += part[2 * queries + qi * dim + c] * weight;
+    }
+    float* out = query.out + (s.start * query.heads + qi) * dim;
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    for (int64_t c = 0; c < dim; ++c) out[c] = acc[c] * inv;
+  }
+}
+
+void check_index(const torch::Tensor& t, const char* name, int64_t dims) {
+  TORCH_CHECK(t.dtype() == torch::kInt32 && t.dim() == dims && t.is_contiguous() && t.device().is_cpu(), name,
+              ": contiguous int32 on the CPU with ", dims, " dimension(s)");
+}
+
+// out[starts[i] : starts[i] + q_lens[i]] = causal attention of those rows of q over sequence i's context.
+void paged_attention(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
+                     const torch::Tensor& out, const torch::Tensor& starts, const torch::Tensor& q_lens,
+                     const torch::Tensor& context_lens, const torch::Tensor& block_tables, double scale) {
+  for (const torch::Tensor* t : {&q, &k_cache, &v_cache, &out})
+    TORCH_CHECK(t->dtype() == torch::kFloat32 && t->device().is_cpu(), "q, caches and out: float32 on the CPU");
+  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() && out.is_contiguous() && q.stride(2) == 1,
+              "caches and out contiguous, q's head_dim contiguous");
+  TORCH_CHECK(q.dim() == 3 && out.sizes() == q.sizes() && k_cache.dim() == 4 && v_cache.sizes() == k_cache.sizes(),
+              "q and out [T, heads, dim], caches [blocks, block_size, kv_heads, dim]");
+  check_index(starts, "starts", 1);
+  check_index(q_lens, "q_lens", 1);
+  check_index(context_lens, "context_lens", 1);
+  check_index(block_tables, "block_tables", 2);
+  const Cache cache{k_cache.data_ptr<float>(), v_cache.data_ptr<float>(), k_cache.size(0), k_cache.size(1),
+                    k_cache.size(2), k_cache.size(3)};
+  const int64_t heads = q.size(1), tokens = q.size(0), dim = cache.dim, num_seqs = starts.size(0);
+  TORCH_CHECK(q.size(2) == dim, "head_dim must match the cache");
+  TORCH_CHECK(heads % cache.kv_heads == 0, "query heads must be a multiple of KV heads");
+  TORCH_CHECK(q_lens.size(0) == num_seqs && context_lens.size(0) == num_seqs && block_tables.size(0) == num_seqs,
+              "one start, q_len, context length and block table row per sequence");
+  const Query query{q.data_ptr<float>(), out.data_ptr<float>(), heads, heads / cache.kv_heads, q.stride(0), q.stride(1)};
+  const int32_t* table = block_tables.data_ptr<int32_t>();
+  std::vector<Sequence> seqs(num_seqs);
+  int64_t work = 0;
+  for (int64_t i = 0; i < num_seqs; ++i) {
+    const Sequence s{starts.data_ptr<int32_t>()[i], q_lens.data_ptr<int32_t>()[i],
+                     context_lens.data_ptr<int32_t>()[i], table + i * block_tables.size(1)};
+    const int64_t blocks = (s.context + cache.block_size - 1) / cache.block_size;
+    TORCH_CHECK(s.q_len >= 1 && s.start >= 0 && s.start + s.q_len <= tokens && s.q_len <= s.context,
+                "sequence ", i, ": its rows must lie in q and within its context");
+    TORCH_CHECK(blocks <= block_tables.size(1), "sequence ", i, ": its context needs more blocks than its table has");
+    for (int64_t b = 0; b < blocks; ++b)
+      TORCH_CHECK(s.table[b] >= 0 && s.table[b] < cache.num_blocks, "sequence ", i, ": block id out of range");
+    seqs[i] = s;
+    work += s.context * s.q_len * heads * dim;
+  }
+  const int64_t threads = work < kSerialWork ? 1 : at::get_num_threads();
+  // Split each sequence into as many block ranges as it takes to give every thread a couple of items.
+  const int64_t wanted = num_seqs >= 2 * threads ? 1 : (2 * threads + num_seqs - 1) / num_seqs;
+  std::vector<Item> items;
+  std::vector<int64_t> first_item(num_seqs + 1);
+  int64_t scratch_size = 0;
+  for (int64_t i = 0; i < num_seqs; ++i) {
+    const int64_t blocks = (seqs[i].context + cache.block_size - 1) / cache.block_size;
+    const int64_t splits = std::max<int64_t>(1, std::min(wanted, blocks / kMinSplitBlocks));
+    first_item[i] = static_cast<int64_t>(items.size());
+    for (int64_t part = 0; part < splits; ++part) {
+      items.push_back({i, blocks * part / splits, blocks * (part + 1) / splits, scratch_size});
+      scratch_size += seqs[i].q_len * heads * (dim + 2);
+    }
+  }
+  first_item[num_seqs] = static_cast<int64_t>(items.size());
+  std::vector<float> scratch(scratch_size);
+  const float fscale = static_cast<float>(scale);
+  const bool avx2 = use_avx2() && dim % 8 == 0;  // other head sizes (none in the Llama family) take the portable path
+  const int64_t count = static_cast<int64_t>(items.size());
+  at::parallel_for(0, count, threads == 1 ? count : 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> p(cache.block_size);
+    for (int64_t i = begin; i < end; ++i) {
+      attend_item(cache, query, seqs[items[i].seq], items[i], fscale, avx2, scratch.data() + items[i].state, p);
+    }
+  });
+  for (int64_t i = 0; i < num_seqs; ++i) merge(query, seqs[i], items, first_item[i], first_item[i + 1], dim, scratch.data());
+}
+
+void set_scalar_only(bool value) { scalar_only.store(value); }
+
+}  // namespace
+
+TORCH_LIBRARY(tidegate, m) {
+  m.def("paged_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor(a!) out, Tensor starts, Tensor q_lens, "
+        "Tensor context_lens, Tensor block_tables, float scale) -> ()", &paged_attention);
+  m.def("paged_attention_uses_avx2() -> bool", &use_avx2);
+  m.def("paged_attention_set_scalar_only(bool value) -> ()", &set_scalar_only);
+}
