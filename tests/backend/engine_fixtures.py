@@ -1,5 +1,5 @@
-"""Shared pieces of the engine tests: one loaded model, engines of any size over it, and the
-transformers reference (greedy tokens for the same GGUF weights, each prompt run alone)."""
+"""Shared pieces of the engine tests: engines of any size over the session's loaded model (tests/conftest.py),
+and the transformers reference (greedy tokens for the same GGUF weights)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from backend.engine.core import Engine, EngineConfig
-from backend.loading.loader import LoadedModel, load_model
+from backend.loading.loader import LoadedModel
 
 REFERENCE_TOKENS = 48
 PROMPTS = [
@@ -27,29 +27,12 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="session")
-def loaded_model(model_path: Path) -> LoadedModel:
-    torch.set_num_threads(1)  # under a shared CPU, 2-thread OMP barriers cost more than they win
-    return load_model(model_path)
-
-
-@pytest.fixture(scope="session")
 def prompt_ids(loaded_model: LoadedModel) -> list[list[int]]:
     """The 8 prompts raw, then the same 8 through the chat template (16 token lists)."""
     tok = loaded_model.tokenizer
     raw = [tok.encode(p) for p in PROMPTS]
     chat = [tok.encode(tok.apply_chat_template([{"role": "user", "content": p}])) for p in PROMPTS]
     return raw + chat
-
-
-@pytest.fixture(scope="session")
-def hf_model(model_path: Path) -> Any:
-    """transformers' model over the same GGUF (float32), loaded once per run: the load alone takes seconds."""
-    from transformers import AutoModelForCausalLM
-
-    hf: Any = AutoModelForCausalLM.from_pretrained(
-        str(model_path.parent), gguf_file=model_path.name, dtype=torch.float32
-    )
-    return hf.eval()
 
 
 @pytest.fixture(scope="session")

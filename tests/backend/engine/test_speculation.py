@@ -14,11 +14,7 @@ from backend.engine.core import Engine, EngineConfig
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.speculation import propose_ngram
 from backend.loading.loader import load_model
-from tests.backend import engine_fixtures
 from tests.backend.tiny_models import tiny_config, tiny_hf_model, write_hf_folder
-
-loaded_model = engine_fixtures.loaded_model
-make_engine = engine_fixtures.make_engine
 
 GROUNDED = ("The lighthouse keeper climbed the stairs at dusk, lit the great lamp, and wrote in his log "
             "that the sea was calm and the ships were safe.")

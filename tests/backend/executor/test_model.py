@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from backend.loading.loader import LoadedModel
-from tests.backend import engine_fixtures
 from tests.backend.model_harness import (
     BLOCK_SIZE,
     make_kv_caches,
@@ -31,10 +30,6 @@ PROMPTS = [
 # The engine tests compare all eight prompts both ways through the scheduler; here, model alone, a spread of
 # three (code, translation, CJK) localises a parity break to the model without paying for all eight twice.
 MODEL_LEVEL = PROMPTS[1::3]
-
-
-hf_model = engine_fixtures.hf_model  # one transformers load per run, shared with the engine tests
-loaded_model = engine_fixtures.loaded_model
 
 
 @pytest.fixture

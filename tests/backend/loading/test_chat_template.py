@@ -33,10 +33,8 @@ def ours(model_path: Path) -> Tokenizer:
 
 
 @pytest.fixture(scope="module")
-def reference(model_path: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(model_path.parent), gguf_file=model_path.name)
+def reference(hf_tokenizer: Any) -> Any:
+    return hf_tokenizer
 
 
 @pytest.mark.parametrize("generation_prompt", [True, False])
