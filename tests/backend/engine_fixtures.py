@@ -35,24 +35,22 @@ def prompt_ids(loaded_model: LoadedModel) -> list[list[int]]:
     return raw + chat
 
 
+def hf_greedy_batch(hf_model: Any, prompts: list[list[int]], new_tokens: int, **generate: Any) -> list[list[int]]:
+    """transformers' greedy continuation of each prompt (float32, at most `new_tokens`; a row that ends early is
+    padded with 0), computed in one left-padded static batch: batch 1 per prompt would take minutes here."""
+    width = max(len(ids) for ids in prompts)
+    input_ids = torch.tensor([[0] * (width - len(ids)) + ids for ids in prompts])
+    mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts])
+    with torch.inference_mode():
+        generated = hf_model.generate(input_ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False,
+                                      pad_token_id=0, **generate)
+    return list(generated[:, width:].tolist())
+
+
 @pytest.fixture(scope="session")
 def reference_tokens(hf_model: Any, prompt_ids: list[list[int]]) -> list[list[int]]:
-    """transformers' greedy continuation of each prompt (float32, REFERENCE_TOKENS long), computed in one
-    left-padded static batch: batch 1 per prompt would take minutes on this CPU."""
-    hf = hf_model
-    width = max(len(ids) for ids in prompt_ids)
-    input_ids = torch.tensor([[0] * (width - len(ids)) + ids for ids in prompt_ids])
-    mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids])
-    with torch.inference_mode():
-        generated = hf.generate(
-            input_ids,
-            attention_mask=mask,
-            max_new_tokens=REFERENCE_TOKENS,
-            min_new_tokens=REFERENCE_TOKENS,
-            do_sample=False,
-            pad_token_id=0,
-        )
-    return generated[:, width:].tolist()
+    """transformers' greedy continuation of each prompt, exactly REFERENCE_TOKENS long."""
+    return hf_greedy_batch(hf_model, prompt_ids, REFERENCE_TOKENS, min_new_tokens=REFERENCE_TOKENS)
 
 
 @pytest.fixture
