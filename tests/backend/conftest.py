@@ -43,3 +43,13 @@ def hf_tokenizer(model_path: Path) -> Any:
 
     return AutoTokenizer.from_pretrained(str(model_path.parent), gguf_file=model_path.name)
 
+
+@pytest.fixture(scope="session")
+def gguf_metadata(model_path: Path) -> dict[str, Any]:
+    """The default GGUF's key/values: gguf's reader maps every tensor of the file first (8-18 s here), so the
+    modules that build a tokenizer from them read it once per run."""
+    from gguf import GGUFReader
+
+    from backend.loading.gguf_weights import read_metadata
+
+    return read_metadata(GGUFReader(model_path))

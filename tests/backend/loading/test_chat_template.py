@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from backend.loading.chat_template import ChatTemplate, ChatTemplateError
-from backend.loading.gguf_weights import read_metadata
 from backend.loading.tokenizer import Tokenizer
 
 CONVERSATIONS: list[list[dict[str, Any]]] = [
@@ -26,10 +24,8 @@ CONVERSATIONS: list[list[dict[str, Any]]] = [
 
 
 @pytest.fixture(scope="module")
-def ours(model_path: Path) -> Tokenizer:
-    from gguf import GGUFReader
-
-    return Tokenizer.from_gguf_metadata(read_metadata(GGUFReader(model_path)), max_context=8192)
+def ours(gguf_metadata: dict[str, Any]) -> Tokenizer:
+    return Tokenizer.from_gguf_metadata(gguf_metadata, max_context=8192)
 
 
 @pytest.fixture(scope="module")
