@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests.backend.backend_process import BackendProcess
 from tests.redis_cluster import RedisClusterServers
 from tests.servers import RedisServer, free_port
+
+if TYPE_CHECKING:  # torch and the loader load only in runs that use the model
+    from backend.loading.loader import LoadedModel
 
 
 @pytest.fixture
@@ -51,6 +55,30 @@ def model_path() -> Path:
     from backend.loading.model_cache import pull
 
     return pull("smollm2", quiet=True)
+
+
+@pytest.fixture(scope="session")
+def loaded_model(model_path: Path) -> LoadedModel:
+    """The default model loaded in this process (14 s), once per run: engine, model and bench tests share it."""
+    import torch
+
+    from backend.loading.loader import load_model
+
+    torch.set_num_threads(1)  # under a shared CPU, 2-thread OMP barriers cost more than they win
+    return load_model(model_path)
+
+
+@pytest.fixture(scope="session")
+def hf_model(model_path: Path) -> Any:
+    """transformers' model over the same GGUF (float32), the reference of parity tests: loaded once per run, as
+    the load alone takes 30 s."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    hf: Any = AutoModelForCausalLM.from_pretrained(
+        str(model_path.parent), gguf_file=model_path.name, dtype=torch.float32
+    )
+    return hf.eval()
 
 
 @pytest.fixture(scope="session")

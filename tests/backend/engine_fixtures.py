@@ -1,5 +1,5 @@
-"""Shared pieces of the engine tests: one loaded model, engines of any size over it, and the
-transformers reference (greedy tokens for the same GGUF weights, each prompt run alone)."""
+"""Shared pieces of the engine tests: engines of any size over the session's loaded model (tests/conftest.py),
+and the transformers reference (greedy tokens for the same GGUF weights)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from backend.engine.core import Engine, EngineConfig
-from backend.loading.loader import LoadedModel, load_model
+from backend.loading.loader import LoadedModel
 
 REFERENCE_TOKENS = 48
 PROMPTS = [
@@ -27,12 +27,6 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="session")
-def loaded_model(model_path: Path) -> LoadedModel:
-    torch.set_num_threads(1)  # under a shared CPU, 2-thread OMP barriers cost more than they win
-    return load_model(model_path)
-
-
-@pytest.fixture(scope="session")
 def prompt_ids(loaded_model: LoadedModel) -> list[list[int]]:
     """The 8 prompts raw, then the same 8 through the chat template (16 token lists)."""
     tok = loaded_model.tokenizer
@@ -41,35 +35,22 @@ def prompt_ids(loaded_model: LoadedModel) -> list[list[int]]:
     return raw + chat
 
 
-@pytest.fixture(scope="session")
-def hf_model(model_path: Path) -> Any:
-    """transformers' model over the same GGUF (float32), loaded once per run: the load alone takes seconds."""
-    from transformers import AutoModelForCausalLM
-
-    hf: Any = AutoModelForCausalLM.from_pretrained(
-        str(model_path.parent), gguf_file=model_path.name, dtype=torch.float32
-    )
-    return hf.eval()
+def hf_greedy_batch(hf_model: Any, prompts: list[list[int]], new_tokens: int, **generate: Any) -> list[list[int]]:
+    """transformers' greedy continuation of each prompt (float32, at most `new_tokens`; a row that ends early is
+    padded with 0), computed in one left-padded static batch: batch 1 per prompt would take minutes here."""
+    width = max(len(ids) for ids in prompts)
+    input_ids = torch.tensor([[0] * (width - len(ids)) + ids for ids in prompts])
+    mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts])
+    with torch.inference_mode():
+        generated = hf_model.generate(input_ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False,
+                                      pad_token_id=0, **generate)
+    return list(generated[:, width:].tolist())
 
 
 @pytest.fixture(scope="session")
 def reference_tokens(hf_model: Any, prompt_ids: list[list[int]]) -> list[list[int]]:
-    """transformers' greedy continuation of each prompt (float32, REFERENCE_TOKENS long), computed in one
-    left-padded static batch: batch 1 per prompt would take minutes on this CPU."""
-    hf = hf_model
-    width = max(len(ids) for ids in prompt_ids)
-    input_ids = torch.tensor([[0] * (width - len(ids)) + ids for ids in prompt_ids])
-    mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids])
-    with torch.inference_mode():
-        generated = hf.generate(
-            input_ids,
-            attention_mask=mask,
-            max_new_tokens=REFERENCE_TOKENS,
-            min_new_tokens=REFERENCE_TOKENS,
-            do_sample=False,
-            pad_token_id=0,
-        )
-    return generated[:, width:].tolist()
+    """transformers' greedy continuation of each prompt, exactly REFERENCE_TOKENS long."""
+    return hf_greedy_batch(hf_model, prompt_ids, REFERENCE_TOKENS, min_new_tokens=REFERENCE_TOKENS)
 
 
 @pytest.fixture

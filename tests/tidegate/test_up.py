@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from openai import OpenAI
 
 from tests.servers import free_port
 from tests.tidegate.up_process import UpProcess
+from tests.waiting import wait_until
 from tidegate.up import EXAMPLE_QUESTION
 
 
@@ -53,15 +53,16 @@ def test_up_serves_restarts_a_crashed_replica_and_stops_cleanly(tmp_path: Path, 
         up.wait_for(r"backend-1 exited \(-9\); restarting in 1s")
         new_pid = int(up.wait_for(rf"started backend-1 \(pid (?!{backend_pid}\))(\d+)\)").group(1))
         assert new_pid != backend_pid
-        deadline = time.monotonic() + 180
-        while True:  # the gateway routes to the replica again once it is healthy
+
+        def served_again() -> bool:  # the gateway routes to the replica again once it is healthy
             try:
-                reply = client.chat.completions.create(model="smollm2", max_tokens=4,
-                                                       messages=[{"role": "user", "content": "Again"}])
-                break
+                client.chat.completions.create(model="smollm2", max_tokens=4,
+                                               messages=[{"role": "user", "content": "Again"}])
             except Exception:
-                assert time.monotonic() < deadline, "the restarted replica never served"
-                time.sleep(1.0)
+                return False
+            return True
+
+        wait_until(served_again, timeout=180, what="the restarted replica serving", interval=0.2)
         gateway_pid = int(up.wait_for(r"started gateway \(pid (\d+)\)").group(1))
     finally:
         code = up.interrupt()

@@ -8,10 +8,6 @@ from typing import Any
 
 from backend.engine.core import Delta, Engine, GenerateRequest
 from backend.engine.sampling_params import SamplingParams
-from tests.backend import engine_fixtures
-
-loaded_model = engine_fixtures.loaded_model
-make_engine = engine_fixtures.make_engine
 
 SAMPLED = SamplingParams(max_tokens=6, temperature=1.0, seed=7, ignore_eos=True)
 

@@ -13,15 +13,7 @@ from backend.engine.core import Delta, Engine, GenerateRequest
 from backend.engine.errors import EngineOverloaded, InvalidGenerateRequest, QueueTimeout
 from backend.engine.sampling_params import SamplingParams
 from backend.executor.runner import kv_block_bytes
-from tests.backend import engine_fixtures
 from tests.backend.engine_fixtures import REFERENCE_TOKENS
-
-# Session fixtures live in engine_fixtures (one model load, one transformers reference per run).
-loaded_model = engine_fixtures.loaded_model
-prompt_ids = engine_fixtures.prompt_ids
-reference_tokens = engine_fixtures.reference_tokens
-hf_model = engine_fixtures.hf_model
-make_engine = engine_fixtures.make_engine
 
 # The first test to ask for the transformers reference builds it: minutes when the CPU is shared.
 pytestmark = pytest.mark.timeout(900)

@@ -13,11 +13,6 @@ from backend.engine.core import Engine, GenerateRequest
 from backend.engine.output import TextOutput, finish_reason
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.sequence import FinishReason, Sequence
-from tests.backend import engine_fixtures
-
-loaded_model = engine_fixtures.loaded_model
-prompt_ids = engine_fixtures.prompt_ids
-make_engine = engine_fixtures.make_engine
 
 pytestmark = pytest.mark.timeout(600)
 

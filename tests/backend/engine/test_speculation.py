@@ -10,15 +10,12 @@ from typing import Any
 import pytest
 import torch
 
+from backend.engine import draft_model
 from backend.engine.core import Engine, EngineConfig
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.speculation import propose_ngram
 from backend.loading.loader import load_model
-from tests.backend import engine_fixtures
 from tests.backend.tiny_models import tiny_config, tiny_hf_model, write_hf_folder
-
-loaded_model = engine_fixtures.loaded_model
-make_engine = engine_fixtures.make_engine
 
 GROUNDED = ("The lighthouse keeper climbed the stairs at dusk, lit the great lamp, and wrote in his log "
             "that the sea was calm and the ships were safe.")
@@ -69,11 +66,17 @@ def test_stop_strings_and_max_tokens_cut_a_verified_run_where_plain_decoding_wou
 
 
 def test_a_draft_model_proposes_greedy_tokens_that_verify_to_the_same_output(
-    make_engine: Any, loaded_model: Any, model_path: Path
+    make_engine: Any, loaded_model: Any, model_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prompts = [loaded_model.tokenizer.encode(p) for p in ("The capital of France is", "Once upon a time,")]
     params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
     plain = _run(make_engine(speculative="none"), prompts, params)
+
+    def load_draft(path: Path, **_: Any) -> Any:  # the file's model is loaded here already: a second load was 14 s
+        assert path == model_path
+        return loaded_model
+
+    monkeypatch.setattr(draft_model, "load_model", load_draft)
     # the served model as its own draft: every draft is right, so each step emits K + 1 tokens
     engine = make_engine(speculative="draft", speculative_model=str(model_path), num_speculative_tokens=3)
     assert _run(engine, prompts, params) == plain

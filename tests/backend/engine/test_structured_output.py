@@ -26,10 +26,6 @@ from backend.engine.structured_output import (
 )
 from backend.executor.token_mask import apply_token_constraints
 from backend.loading.loader import LoadedModel
-from tests.backend import engine_fixtures
-
-loaded_model = engine_fixtures.loaded_model
-make_engine = engine_fixtures.make_engine
 
 YES_NO = Constraint(ConstraintKind.CHOICE, json.dumps(["yes", "no"]), "structured_outputs.choice")
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from backend.loading.loader import LoadedModel
-from tests.backend import engine_fixtures
+from tests.backend.engine_fixtures import hf_greedy_batch
 from tests.backend.model_harness import (
     BLOCK_SIZE,
     make_kv_caches,
@@ -31,10 +31,7 @@ PROMPTS = [
 # The engine tests compare all eight prompts both ways through the scheduler; here, model alone, a spread of
 # three (code, translation, CJK) localises a parity break to the model without paying for all eight twice.
 MODEL_LEVEL = PROMPTS[1::3]
-
-
-hf_model = engine_fixtures.hf_model  # one transformers load per run, shared with the engine tests
-loaded_model = engine_fixtures.loaded_model
+References = dict[tuple[str, bool], list[int]]  # by (prompt, through the chat template)
 
 
 @pytest.fixture
@@ -42,30 +39,44 @@ def smollm(loaded_model: LoadedModel) -> LoadedModel:
     return loaded_model
 
 
-def hf_greedy(hf_model: Any, prompt: list[int], new_tokens: int) -> list[int]:
-    with torch.inference_mode():
-        ids = hf_model.generate(torch.tensor([prompt]), max_new_tokens=new_tokens, do_sample=False)
-    return ids[0, len(prompt) :].tolist()
+def encoded(smollm: LoadedModel, text: str, chat: bool) -> list[int]:
+    tok = smollm.tokenizer
+    return tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]) if chat else text)
 
 
-def assert_same_greedy(smollm: LoadedModel, hf_model: Any, prompt: list[int]) -> None:
-    ours = paged_greedy(smollm.model, prompt, NEW_TOKENS)
-    ref = hf_greedy(hf_model, prompt, NEW_TOKENS)
+@pytest.fixture(scope="module")
+def hf_references(loaded_model: LoadedModel, hf_model: Any) -> References:
+    """transformers' greedy tokens for each prompt, raw and through the chat template, up to its first EOS:
+    one batch for all six, as the engine tests' reference is, where six runs of batch 1 took 30 s."""
+    prompts = {(text, chat): encoded(loaded_model, text, chat)
+               for text in MODEL_LEVEL for chat in (False, True)}
+    generated = hf_greedy_batch(hf_model, list(prompts.values()), NEW_TOKENS)
+    eos = loaded_model.tokenizer.eos_token_ids
+    references: References = {}
+    for key, row in zip(prompts, generated, strict=True):
+        # a row that ended is padded to the batch's end: its reference stops at its EOS
+        references[key] = row[: next((i + 1 for i, token in enumerate(row) if token in eos), len(row))]
+    return references
+
+
+def assert_same_greedy(smollm: LoadedModel, hf_references: References, text: str, chat: bool) -> None:
+    ours = paged_greedy(smollm.model, encoded(smollm, text, chat), NEW_TOKENS)
+    ref = hf_references[text, chat]
     # transformers stops at EOS; up to there every token must agree.
     assert ours[: len(ref)] == ref
     assert len(ref) == NEW_TOKENS or ref[-1] in smollm.tokenizer.eos_token_ids
 
 
 @pytest.mark.parametrize("text", MODEL_LEVEL)
-def test_greedy_matches_transformers_on_raw_prompt(smollm: LoadedModel, hf_model: Any, text: str) -> None:
-    assert_same_greedy(smollm, hf_model, smollm.tokenizer.encode(text))
+def test_greedy_matches_transformers_on_raw_prompt(smollm: LoadedModel, hf_references: References,
+                                                   text: str) -> None:
+    assert_same_greedy(smollm, hf_references, text, chat=False)
 
 
 @pytest.mark.parametrize("text", MODEL_LEVEL)
-def test_greedy_matches_transformers_through_chat_template(smollm: LoadedModel, hf_model: Any, text: str) -> None:
-    tok = smollm.tokenizer
-    prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]))
-    assert_same_greedy(smollm, hf_model, prompt)
+def test_greedy_matches_transformers_through_chat_template(smollm: LoadedModel, hf_references: References,
+                                                           text: str) -> None:
+    assert_same_greedy(smollm, hf_references, text, chat=True)
 
 
 def test_chunked_prefill_gives_the_same_logits_as_one_pass(smollm: LoadedModel) -> None:

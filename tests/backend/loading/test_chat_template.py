@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from backend.loading.chat_template import ChatTemplate, ChatTemplateError
-from backend.loading.gguf_weights import read_metadata
 from backend.loading.tokenizer import Tokenizer
 
 CONVERSATIONS: list[list[dict[str, Any]]] = [
@@ -26,17 +24,13 @@ CONVERSATIONS: list[list[dict[str, Any]]] = [
 
 
 @pytest.fixture(scope="module")
-def ours(model_path: Path) -> Tokenizer:
-    from gguf import GGUFReader
-
-    return Tokenizer.from_gguf_metadata(read_metadata(GGUFReader(model_path)), max_context=8192)
+def ours(gguf_metadata: dict[str, Any]) -> Tokenizer:
+    return Tokenizer.from_gguf_metadata(gguf_metadata, max_context=8192)
 
 
 @pytest.fixture(scope="module")
-def reference(model_path: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(model_path.parent), gguf_file=model_path.name)
+def reference(hf_tokenizer: Any) -> Any:
+    return hf_tokenizer
 
 
 @pytest.mark.parametrize("generation_prompt", [True, False])

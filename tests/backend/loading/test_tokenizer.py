@@ -11,7 +11,6 @@ from tokenizers import decoders, pre_tokenizers
 from tokenizers.models import BPE
 
 from backend.executor.model_config import UnsupportedModelError
-from backend.loading.gguf_weights import read_metadata
 from backend.loading.tokenizer import IncrementalDetokenizer, Tokenizer
 
 TEXTS = [
@@ -34,18 +33,13 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def ours(model_path: Path) -> Tokenizer:
-    from gguf import GGUFReader
-
-    meta = read_metadata(GGUFReader(model_path))
-    return Tokenizer.from_gguf_metadata(meta, max_context=8192)
+def ours(gguf_metadata: dict[str, Any]) -> Tokenizer:
+    return Tokenizer.from_gguf_metadata(gguf_metadata, max_context=8192)
 
 
 @pytest.fixture(scope="module")
-def reference(model_path: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(model_path.parent), gguf_file=model_path.name)
+def reference(hf_tokenizer: Any) -> Any:
+    return hf_tokenizer
 
 
 @pytest.mark.parametrize("text", TEXTS)

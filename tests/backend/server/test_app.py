@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from backend import Delta, Engine, EngineConfig, GenerateRequest
 from backend.engine.sampling_params import SamplingParams
+from backend.loading.loader import LoadedModel
 from backend.server.app import BackendServer, create_app, served_model_name
 from backend.server.tracing import setup_backend_tracing
 from config.backend import BackendSettings
@@ -36,12 +37,13 @@ IGNORE_EOS = {"ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
-def served(model_path: Path, launch_backend: Callable[..., BackendProcess]) -> tuple[BackendProcess, Engine]:
-    """The server under test (64 KiB body limit), and the same model run offline in this process (the
-    reference for greedy outputs), loaded while the server loads."""
-    server = launch_backend(env={"TIDEGATE_BACKEND__MAX_BODY_BYTES": "65536"})
-    engine = Engine(EngineConfig(model_path=model_path, kv_cache_memory=64 * 1024 * 1024, threads=1))
-    return server.wait_ready(), engine
+def served(model_path: Path, loaded_model: LoadedModel,
+           shared_backend: BackendProcess) -> tuple[BackendProcess, Engine]:
+    """The server under test (the session's, with default flags), and the same model run offline in this process
+    (the reference for greedy outputs) over the session's loaded model."""
+    engine = Engine(EngineConfig(model_path=model_path, kv_cache_memory=64 * 1024 * 1024, threads=1),
+                    loaded=loaded_model)
+    return shared_backend, engine
 
 
 @pytest.fixture(scope="module")
@@ -235,13 +237,14 @@ def test_unknown_model_is_not_found(client: openai.OpenAI) -> None:
 
 def test_body_over_the_limit_is_413_declared_or_chunked(client: openai.OpenAI,
                                                         backend_server: BackendProcess) -> None:
+    limit = BackendSettings().max_body_bytes
     with pytest.raises(openai.APIStatusError) as caught:
-        client.completions.create(model="smollm2", prompt="x" * 70_000, max_tokens=1)
+        client.completions.create(model="smollm2", prompt="x" * (limit + 4096), max_tokens=1)
     assert caught.value.status_code == 413
 
     def chunked() -> Any:  # no Content-Length: the limit must hold while reading
         yield b'{"model": "smollm2", "prompt": "'
-        for _ in range(80):
+        for _ in range(limit // 1024 + 16):
             yield b"y" * 1024
         yield b'"}'
 

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
-from gguf import GGUFReader
 
 from backend.loading.generation_config import SHIPPED_TABLE
-from backend.loading.gguf_weights import read_metadata
 from backend.loading.tokenizer import Tokenizer
 from tests.backend.backend_process import BackendProcess
 from tests.waiting import wait_until
@@ -28,8 +25,8 @@ def server(launch_backend: Callable[..., BackendProcess]) -> BackendProcess:
 
 
 @pytest.fixture(scope="module")
-def tokenizer(model_path: Path) -> Tokenizer:
-    return Tokenizer.from_gguf_metadata(read_metadata(GGUFReader(model_path)), max_context=2048)
+def tokenizer(gguf_metadata: dict[str, Any]) -> Tokenizer:
+    return Tokenizer.from_gguf_metadata(gguf_metadata, max_context=2048)
 
 
 @pytest.fixture(scope="module")
