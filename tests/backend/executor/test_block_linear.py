@@ -77,6 +77,25 @@ def test_kernel_product_equals_the_dense_product(kind: str, rows: int, path: str
     _assert_matches(from_blocks(blocks, kernel).linear(x), x, reference)
 
 
+@pytest.fixture
+def two_threads() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("rows", [1, 8, 40])
+def test_products_split_over_threads_equal_the_dense_product(kind: str, rows: int, path: str, two_threads: None) -> None:
+    """Many output rows and panels (past a tile's grain), so the threads each take a share."""
+    blocks, reference = _blocks(kind, rows=1000, cols=256, seed=rows)
+    assert kernel is not None
+    x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(rows))
+    _assert_matches(from_blocks(blocks, kernel).linear(x), x, reference)
+
+
 @needs_kernel
 def test_many_rows_take_the_dense_path_in_slices(monkeypatch: pytest.MonkeyPatch) -> None:
     blocks, reference = _blocks("Q4_1", rows=300, cols=64)
