@@ -28,7 +28,7 @@ enum Kind : int64_t { Q4_0 = 0, Q4_1 = 1, Q8_0 = 2 };
 constexpr int64_t kBlock = 32;
 constexpr int64_t kTile = 8;  // activation rows that share one dequantized block
 constexpr int64_t kRowGroup = 15;  // output rows multiplied together on the few-rows path
-constexpr int64_t kManyRows = 16;  // from this many activation rows on, the GEMM path (docs/benchmarks.md)
+constexpr int64_t kManyRows = kTile + 1;  // past one few-rows tile the GEMM costs less per row (docs/benchmarks.md)
 constexpr int64_t kPanel = 16;  // output rows of a dequantized panel: two 8-float vectors at each k
 constexpr int64_t kRowTile = 6;  // activation rows per GEMM tile: 6 x 2 accumulators, 15 of 16 ymm registers in use
 constexpr int64_t kGroupBytes = 192 * 1024;  // panels dequantized together, sized to stay in a 512 KB L2
