@@ -178,19 +178,21 @@ AVX2_TARGET inline void transpose8(__m256 r[8]) {
 // Output rows [o, o + kPanel) dequantized k-major: panel[k * kPanel + j] is weight (o + j, k); rows past
 // out_features are zeros. A k step of the GEMM then reads kPanel consecutive weights: two vector loads.
 AVX2_TARGET void dequantize_panel_avx2(const Matrix& w, int64_t o, int64_t out_features, float* panel) {
-  __m256 v[8][4], cols[8];
+  alignas(32) float rows8[8][kBlock];  // one block of 8 output rows, staged in L1 rather than in 32 registers
+  __m256 v[4], cols[8];
   for (int64_t b = 0; b < w.blocks(); ++b)
     for (int half = 0; half < kPanel / 8; ++half) {
       for (int j = 0; j < 8; ++j) {
         const int64_t row = o + 8 * half + j;
         if (row < out_features) {
-          dequantize_block_avx2(w, row, b, v[j]);
+          dequantize_block_avx2(w, row, b, v);
         } else {
-          for (int i = 0; i < 4; ++i) v[j][i] = _mm256_setzero_ps();
+          for (int i = 0; i < 4; ++i) v[i] = _mm256_setzero_ps();
         }
+        for (int i = 0; i < 4; ++i) _mm256_store_ps(rows8[j] + 8 * i, v[i]);
       }
       for (int i = 0; i < 4; ++i) {
-        for (int j = 0; j < 8; ++j) cols[j] = v[j][i];
+        for (int j = 0; j < 8; ++j) cols[j] = _mm256_load_ps(rows8[j] + 8 * i);
         transpose8(cols);
         float* dst = panel + (b * kBlock + 8 * i) * kPanel + 8 * half;
         for (int k = 0; k < 8; ++k) _mm256_storeu_ps(dst + k * kPanel, cols[k]);
@@ -241,14 +243,16 @@ AVX2_TARGET void many_rows_avx2(const Matrix& w, const float* x, int64_t rows, f
     const int64_t panels = std::min(end, g + group) - g;
     for (int64_t p = 0; p < panels; ++p)
       dequantize_panel_avx2(w, (g + p) * kPanel, out_features, scratch.data() + p * panel_values);
-    for (int64_t r0 = 0; r0 < rows; r0 += kRowTile) {
+    for (int64_t r0 = 0, tile = 0; r0 < rows; r0 += tile) {
+      const int64_t left = rows - r0;
+      tile = left > kRowTile && left < 2 * kRowTile ? (left + 1) / 2 : std::min(kRowTile, left);  // no 1- or 2-row tail
       const float* xt = x + r0 * w.in;
       for (int64_t p = 0; p < panels; ++p) {
         const int64_t o = (g + p) * kPanel;
         const int64_t valid = std::min(kPanel, out_features - o);
         const float* panel = scratch.data() + p * panel_values;
         float* yt = y + r0 * out_features + o;
-        switch (std::min(kRowTile, rows - r0)) {
+        switch (tile) {
           case 1: panel_tile_avx2<1>(panel, xt, w.in, yt, out_features, valid); break;
           case 2: panel_tile_avx2<2>(panel, xt, w.in, yt, out_features, valid); break;
           case 3: panel_tile_avx2<3>(panel, xt, w.in, yt, out_features, valid); break;
