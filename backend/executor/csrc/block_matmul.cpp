@@ -146,6 +146,10 @@ AVX2_TARGET void tile_avx2(const Matrix& w, int64_t o, const float* x, float* y,
   }
 }
 
+using FewTile = void (*)(const Matrix&, int64_t, const float*, float*, int64_t);
+constexpr FewTile kFewTiles[kTile + 1] = {nullptr, tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>,
+                                          tile_avx2<5>, tile_avx2<6>, tile_avx2<7>, tile_avx2<8>};
+
 AVX2_TARGET void dequantize_rows_avx2(const Matrix& w, float* out, int64_t begin, int64_t end) {
   __m256 v[4];
   for (int64_t o = begin; o < end; ++o)
@@ -220,17 +224,16 @@ AVX2_TARGET void panel_tile_avx2(const float* panel, const float* x, int64_t in,
   alignas(32) float last[kPanel];  // a panel past the last output row: only `valid` outputs are stored
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    float* yr = y + r * out_features;
-    if (valid == kPanel) {
-      _mm256_storeu_ps(yr, acc[r][0]);
-      _mm256_storeu_ps(yr + 8, acc[r][1]);
-    } else {
-      _mm256_store_ps(last, acc[r][0]);
-      _mm256_store_ps(last + 8, acc[r][1]);
-      for (int64_t j = 0; j < valid; ++j) yr[j] = last[j];
-    }
+    float* out = valid == kPanel ? y + r * out_features : last;
+    _mm256_storeu_ps(out, acc[r][0]);
+    _mm256_storeu_ps(out + 8, acc[r][1]);
+    if (out == last) std::copy(last, last + valid, y + r * out_features);
   }
 }
+
+using PanelTile = void (*)(const float*, const float*, int64_t, float*, int64_t, int64_t);
+constexpr PanelTile kPanelTiles[kRowTile + 1] = {nullptr, panel_tile_avx2<1>, panel_tile_avx2<2>, panel_tile_avx2<3>,
+                                                 panel_tile_avx2<4>, panel_tile_avx2<5>, panel_tile_avx2<6>};
 
 // Many rows, as a GEMM: the thread's panels [begin, end) are dequantized a group at a time into a scratch that
 // stays in L2, and every tile of kRowTile activation rows (in L1) runs through each panel of the group.
@@ -249,17 +252,8 @@ AVX2_TARGET void many_rows_avx2(const Matrix& w, const float* x, int64_t rows, f
       const float* xt = x + r0 * w.in;
       for (int64_t p = 0; p < panels; ++p) {
         const int64_t o = (g + p) * kPanel;
-        const int64_t valid = std::min(kPanel, out_features - o);
-        const float* panel = scratch.data() + p * panel_values;
-        float* yt = y + r0 * out_features + o;
-        switch (tile) {
-          case 1: panel_tile_avx2<1>(panel, xt, w.in, yt, out_features, valid); break;
-          case 2: panel_tile_avx2<2>(panel, xt, w.in, yt, out_features, valid); break;
-          case 3: panel_tile_avx2<3>(panel, xt, w.in, yt, out_features, valid); break;
-          case 4: panel_tile_avx2<4>(panel, xt, w.in, yt, out_features, valid); break;
-          case 5: panel_tile_avx2<5>(panel, xt, w.in, yt, out_features, valid); break;
-          default: panel_tile_avx2<6>(panel, xt, w.in, yt, out_features, valid); break;
-        }
+        kPanelTiles[tile](scratch.data() + p * panel_values, xt, w.in, y + r0 * out_features + o, out_features,
+                          std::min(kPanel, out_features - o));
       }
     }
   }
@@ -271,20 +265,8 @@ AVX2_TARGET void few_rows_avx2(const Matrix& w, const float* x, int64_t rows, fl
                                int64_t begin, int64_t end) {
   for (int64_t g = begin; g < end; g += kRowGroup)
     for (int64_t r0 = 0; r0 < rows; r0 += kTile)
-      for (int64_t o = g; o < std::min(end, g + kRowGroup); ++o) {
-      const float* xt = x + r0 * w.in;
-      float* yt = y + r0 * out_features;
-      switch (std::min(kTile, rows - r0)) {
-        case 1: tile_avx2<1>(w, o, xt, yt, out_features); break;
-        case 2: tile_avx2<2>(w, o, xt, yt, out_features); break;
-        case 3: tile_avx2<3>(w, o, xt, yt, out_features); break;
-        case 4: tile_avx2<4>(w, o, xt, yt, out_features); break;
-        case 5: tile_avx2<5>(w, o, xt, yt, out_features); break;
-        case 6: tile_avx2<6>(w, o, xt, yt, out_features); break;
-        case 7: tile_avx2<7>(w, o, xt, yt, out_features); break;
-        default: tile_avx2<8>(w, o, xt, yt, out_features); break;
-      }
-    }
+      for (int64_t o = g; o < std::min(end, g + kRowGroup); ++o)
+        kFewTiles[std::min(kTile, rows - r0)](w, o, x + r0 * w.in, y + r0 * out_features, out_features);
 }
 
 #endif
