@@ -16,8 +16,8 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --disable-pip-version-check -q -e '.[test]'
 	touch $(STAMP)
 
-# The CPU quantized kernel is built here (once per machine, ~80 s), not inside the first backend's start;
-# where it cannot be built, --quantization auto falls back to torch's forms, so a failure does not stop make.
+# The CPU kernels (quantized products, decode attention) are built here (once per machine, ~2 min), not inside the
+# first backend's start; where they cannot be built, torch's forms and SDPA serve, so a failure does not stop make.
 model: $(STAMP)
 	$(VENV)/bin/tidegate model pull smollm2
 	-$(PY) -m backend.executor.block_kernel build

@@ -1,10 +1,10 @@
 """Matrices kept in the GGUF file's own blocks (Q4_0, Q4_1, Q8_0), multiplied by the C++ kernel in float32.
 
 The kernel (csrc/block_matmul.cpp, built by block_kernel.py) dequantizes each block exactly inside the product,
-so `linear` equals `F.linear(x, the file's float32 matrix)` up to summation order. At load the blocks are
-split into their quants and their float16 scales (and Q4_1's minimums), the layout the kernel reads; the
-values stay the file's. For long prefill chunks (hundreds of rows) dequantizing a slice of the matrix to
-float32 and calling oneDNN's float GEMM on it is faster than the kernel's own register tiles.
+so `linear` equals `F.linear(x, the file's float32 matrix)` up to summation order, at every row count (its
+GEMM path costs what dequantizing and calling oneDNN costs, even at 1,024 rows: docs/benchmarks.md). At load
+the blocks are split into their quants and their float16 scales (and Q4_1's minimums), the layout the kernel
+reads; the values stay the file's.
 """
 
 from __future__ import annotations
@@ -13,14 +13,10 @@ from dataclasses import dataclass
 from types import ModuleType
 
 import torch
-import torch.nn.functional as F
 
-from backend.executor import cpu_linear
 from backend.executor.quant_blocks import BLOCK, BLOCK_BYTES, BlockQuantized
 
 KINDS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2}
-DENSE_ROWS = 512  # from this many activation rows on, dequantize + float GEMM (docs/benchmarks.md)
-_SLICE_VALUES = 1 << 22  # float32 values dequantized at once on the dense path (16 MB)
 
 
 @dataclass(slots=True)
@@ -37,21 +33,9 @@ class BlockWeight:
 
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         rows = x.reshape(-1, self.shape[1]).float()
-        if rows.shape[0] >= DENSE_ROWS:
-            out = self._dense_product(rows)
-        else:
-            out = self.kernel.linear(rows, self.quants, self.scales, self.mins, KINDS[self.kind])
+        out = self.kernel.linear(rows, self.quants, self.scales, self.mins, KINDS[self.kind])
         out = out.to(x.dtype).reshape(*x.shape[:-1], self.shape[0])
         return out if bias is None else out + bias
-
-    def _dense_product(self, rows: torch.Tensor) -> torch.Tensor:
-        step = max(1, _SLICE_VALUES // self.shape[1])
-        product = cpu_linear.linear if cpu_linear.available() else F.linear
-        slices = [
-            product(rows, self.dequantize(start, min(start + step, self.shape[0])))
-            for start in range(0, self.shape[0], step)
-        ]
-        return slices[0] if len(slices) == 1 else torch.cat(slices, dim=1)
 
     def dequantize(self, begin: int = 0, end: int | None = None) -> torch.Tensor:
         """Rows `begin:end` as float32, the file's values exactly."""

@@ -17,10 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from backend.executor import block_kernel
-from backend.executor.block_linear import BlockWeight, from_blocks
+from backend.executor.block_linear import BlockWeight
 from backend.executor.quant_blocks import BlockQuantized, Weight
-from backend.executor.quantized_linear import Int8Weight, quantize_int8
+from backend.executor.quantized_linear import Int8Weight, form_for, quantize, quantize_int8
 
 REFINED = 16  # candidates per row recomputed in float32: far more than bfloat16's rounding can reorder
 
@@ -55,8 +54,10 @@ class Vocabulary:
 
 
 def vocabulary_for(weight: Weight) -> Vocabulary:
-    """The kernel's form of the file's blocks where it loads; else int8 whatever the mode (the embedding reads
-    rows, and int8 keeps one scale per row), with the file's own rows kept to recompute the leading logits."""
-    if isinstance(weight, BlockQuantized) and (kernel := block_kernel.load()) is not None:
-        return Vocabulary(from_blocks(weight, kernel), None)
+    """The file's blocks for the kernel wherever `auto` keeps them, whatever the mode; else int8 (the embedding
+    reads rows, and int8 keeps one scale per row), with the file's own rows kept to recompute the leading logits."""
+    if form_for("auto", weight) == "blocks":
+        table = quantize(weight, "blocks")
+        assert isinstance(table, BlockWeight)
+        return Vocabulary(table, None)
     return Vocabulary(quantize_int8(weight), weight if isinstance(weight, BlockQuantized) else None)

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from gguf import GGMLQuantizationType
 from gguf.quants import quantize
 
@@ -42,9 +43,14 @@ def _packed_product(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
 
 
 def _kernel_product(x: torch.Tensor, weight: BlockWeight) -> torch.Tensor:
-    """The kernel at every row count (`BlockWeight.linear` switches to dequantize + GEMM for many rows)."""
     out: torch.Tensor = weight.kernel.linear(x, weight.quants, weight.scales, weight.mins, KINDS[weight.kind])
     return out
+
+
+def _dequantized_product(x: torch.Tensor, weight: BlockWeight) -> torch.Tensor:
+    """Dequantize the whole matrix and call oneDNN: what the kernel's GEMM path must not lose to."""
+    product = cpu_linear.linear if cpu_linear.available() else F.linear
+    return product(x, weight.dequantize())
 
 
 def _forms() -> dict[str, list[Callable[[torch.Tensor], torch.Tensor]]]:
@@ -64,7 +70,7 @@ def _forms() -> dict[str, list[Callable[[torch.Tensor], torch.Tensor]]]:
             if kernel is not None:
                 weight = from_blocks(blocks, kernel)
                 forms["kernel"].append(functools.partial(_kernel_product, weight=weight))
-                forms["dequant+gemm"].append(weight._dense_product)
+                forms["dequant+gemm"].append(functools.partial(_dequantized_product, weight=weight))
     return forms
 
 

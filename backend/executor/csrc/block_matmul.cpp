@@ -5,8 +5,9 @@
 // d (and Q4_1's minimums m) as [out, in / 32]. Each block is dequantized exactly, to the float32 values the
 // file holds (q * d for Q8_0, (q - 8) * d for Q4_0, q * d + m for Q4_1: each product is exact in float32),
 // and multiplied with float32 FMAs, so the result equals F.linear(x, dequantized) up to summation order.
-// Up to 8 activation rows share each dequantized block; beyond that, groups of output rows are dequantized
-// into a small float32 scratch once and multiplied by 3x4 register tiles.
+// Few activation rows (decode) share each dequantized block, 8 at a time; many rows (prefill, big batches) run
+// as a GEMM: 16 output rows are dequantized once into a k-major panel, and tiles of 6 activation rows are
+// multiplied with it by broadcast and FMA into 6 x 2 vector accumulators. Products use torch's threads.
 // An AVX2+FMA+F16C path is chosen at run time; a scalar path runs elsewhere. Nothing needs AVX-512.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -26,7 +27,11 @@ namespace {
 enum Kind : int64_t { Q4_0 = 0, Q4_1 = 1, Q8_0 = 2 };
 constexpr int64_t kBlock = 32;
 constexpr int64_t kTile = 8;  // activation rows that share one dequantized block
-constexpr int64_t kRowGroup = 15;  // output rows multiplied together, quantized (few rows) or dequantized (many)
+constexpr int64_t kRowGroup = 15;  // output rows multiplied together on the few-rows path
+constexpr int64_t kManyRows = kTile + 1;  // past one few-rows tile the GEMM costs less per row (docs/benchmarks.md)
+constexpr int64_t kPanel = 16;  // output rows of a dequantized panel: two 8-float vectors at each k
+constexpr int64_t kRowTile = 6;  // activation rows per GEMM tile: 6 x 2 accumulators, 15 of 16 ymm registers in use
+constexpr int64_t kGroupBytes = 192 * 1024;  // panels dequantized together, sized to stay in a 512 KB L2
 
 struct Matrix {
   const uint8_t* quants;
@@ -141,6 +146,10 @@ AVX2_TARGET void tile_avx2(const Matrix& w, int64_t o, const float* x, float* y,
   }
 }
 
+using FewTile = void (*)(const Matrix&, int64_t, const float*, float*, int64_t);
+constexpr FewTile kFewTiles[kTile + 1] = {nullptr, tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>,
+                                          tile_avx2<5>, tile_avx2<6>, tile_avx2<7>, tile_avx2<8>};
+
 AVX2_TARGET void dequantize_rows_avx2(const Matrix& w, float* out, int64_t begin, int64_t end) {
   __m256 v[4];
   for (int64_t o = begin; o < end; ++o)
@@ -151,69 +160,113 @@ AVX2_TARGET void dequantize_rows_avx2(const Matrix& w, float* out, int64_t begin
     }
 }
 
-// O output rows, already dequantized into `wrows` (stride in), against R activation rows: for many rows, where
-// dequantizing each block again for every tile of activations would cost more than the FMAs.
-template <int O, int R>
-AVX2_TARGET void float_tile_avx2(const float* wrows, const float* x, float* y, int64_t in, int64_t out_features) {
-  __m256 acc[O][R];
-  for (int o = 0; o < O; ++o)
-    for (int r = 0; r < R; ++r) acc[o][r] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < in; k += 8) {
-    __m256 wv[O];
-    for (int o = 0; o < O; ++o) wv[o] = _mm256_loadu_ps(wrows + o * in + k);
-    for (int r = 0; r < R; ++r) {
-      const __m256 xv = _mm256_loadu_ps(x + r * in + k);
-      for (int o = 0; o < O; ++o) acc[o][r] = _mm256_fmadd_ps(wv[o], xv, acc[o][r]);
-    }
+// r[j] holds 8 values of row j; afterwards r[k] holds value k of every row.
+AVX2_TARGET inline void transpose8(__m256 r[8]) {
+  __m256 t[8], s[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
   }
-  for (int o = 0; o < O; ++o)
-    for (int r = 0; r < R; ++r) y[r * out_features + o] = hsum(acc[o][r]);
-}
-
-template <int O>
-AVX2_TARGET void float_rows_avx2(const float* wrows, const float* x, int64_t rows, float* y, int64_t in,
-                                 int64_t out_features) {
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) float_tile_avx2<O, 4>(wrows, x + r * in, y + r * out_features, in, out_features);
-  for (; r < rows; ++r) float_tile_avx2<O, 1>(wrows, x + r * in, y + r * out_features, in, out_features);
-}
-
-// Many rows: each group of output rows is dequantized once into a float32 scratch that stays in cache.
-AVX2_TARGET void many_rows_avx2(const Matrix& w, const float* x, int64_t rows, float* y, int64_t out_features,
-                                int64_t begin, int64_t end) {
-  std::vector<float> scratch(kRowGroup * w.in);
-  for (int64_t g = begin; g < end; g += kRowGroup) {
-    const int64_t n = std::min(end, g + kRowGroup) - g;
-    dequantize_rows_avx2(w, scratch.data(), g, g + n);
-    int64_t o = 0;
-    for (; o + 3 <= n; o += 3)
-      float_rows_avx2<3>(scratch.data() + o * w.in, x, rows, y + g + o, w.in, out_features);
-    for (; o < n; ++o) float_rows_avx2<1>(scratch.data() + o * w.in, x, rows, y + g + o, w.in, out_features);
+  for (int i = 0; i < 2; ++i) {
+    s[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    s[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    s[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    s[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
   }
 }
 
-// Output rows in groups of kRowGroup against each activation tile in turn: the group's quantized rows and
-// the tile stay in L1 while every pair is multiplied.
-
-AVX2_TARGET void rows_avx2(const Matrix& w, const float* x, int64_t rows, float* y, int64_t out_features,
-                           int64_t begin, int64_t end) {
-  if (rows > kTile) return many_rows_avx2(w, x, rows, y, out_features, begin, end);
-  for (int64_t g = begin; g < end; g += kRowGroup)
-    for (int64_t r0 = 0; r0 < rows; r0 += kTile)
-      for (int64_t o = g; o < std::min(end, g + kRowGroup); ++o) {
-      const float* xt = x + r0 * w.in;
-      float* yt = y + r0 * out_features;
-      switch (std::min(kTile, rows - r0)) {
-        case 1: tile_avx2<1>(w, o, xt, yt, out_features); break;
-        case 2: tile_avx2<2>(w, o, xt, yt, out_features); break;
-        case 3: tile_avx2<3>(w, o, xt, yt, out_features); break;
-        case 4: tile_avx2<4>(w, o, xt, yt, out_features); break;
-        case 5: tile_avx2<5>(w, o, xt, yt, out_features); break;
-        case 6: tile_avx2<6>(w, o, xt, yt, out_features); break;
-        case 7: tile_avx2<7>(w, o, xt, yt, out_features); break;
-        default: tile_avx2<8>(w, o, xt, yt, out_features); break;
+// Output rows [o, o + kPanel) dequantized k-major: panel[k * kPanel + j] is weight (o + j, k); rows past
+// out_features are zeros. A k step of the GEMM then reads kPanel consecutive weights: two vector loads.
+AVX2_TARGET void dequantize_panel_avx2(const Matrix& w, int64_t o, int64_t out_features, float* panel) {
+  alignas(32) float rows8[8][kBlock];  // one block of 8 output rows, staged in L1 rather than in 32 registers
+  __m256 v[4], cols[8];
+  for (int64_t b = 0; b < w.blocks(); ++b)
+    for (int half = 0; half < kPanel / 8; ++half) {
+      for (int j = 0; j < 8; ++j) {
+        const int64_t row = o + 8 * half + j;
+        if (row < out_features) {
+          dequantize_block_avx2(w, row, b, v);
+        } else {
+          for (int i = 0; i < 4; ++i) v[i] = _mm256_setzero_ps();
+        }
+        for (int i = 0; i < 4; ++i) _mm256_store_ps(rows8[j] + 8 * i, v[i]);
+      }
+      for (int i = 0; i < 4; ++i) {
+        for (int j = 0; j < 8; ++j) cols[j] = _mm256_load_ps(rows8[j] + 8 * i);
+        transpose8(cols);
+        float* dst = panel + (b * kBlock + 8 * i) * kPanel + 8 * half;
+        for (int k = 0; k < 8; ++k) _mm256_storeu_ps(dst + k * kPanel, cols[k]);
       }
     }
+}
+
+// R activation rows times one panel: each x[r, k] is broadcast against the panel's two vectors at k, so the
+// 2R accumulators hold kPanel consecutive outputs of each row and no horizontal sum is needed.
+template <int R>
+AVX2_TARGET void panel_tile_avx2(const float* panel, const float* x, int64_t in, float* y, int64_t out_features,
+                                 int64_t valid) {
+  __m256 acc[R][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < in; ++k) {
+    const __m256 p0 = _mm256_loadu_ps(panel + k * kPanel), p1 = _mm256_loadu_ps(panel + k * kPanel + 8);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 xb = _mm256_broadcast_ss(x + r * in + k);
+      acc[r][0] = _mm256_fmadd_ps(p0, xb, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(p1, xb, acc[r][1]);
+    }
+  }
+  alignas(32) float last[kPanel];  // a panel past the last output row: only `valid` outputs are stored
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* out = valid == kPanel ? y + r * out_features : last;
+    _mm256_storeu_ps(out, acc[r][0]);
+    _mm256_storeu_ps(out + 8, acc[r][1]);
+    if (out == last) std::copy(last, last + valid, y + r * out_features);
+  }
+}
+
+using PanelTile = void (*)(const float*, const float*, int64_t, float*, int64_t, int64_t);
+constexpr PanelTile kPanelTiles[kRowTile + 1] = {nullptr, panel_tile_avx2<1>, panel_tile_avx2<2>, panel_tile_avx2<3>,
+                                                 panel_tile_avx2<4>, panel_tile_avx2<5>, panel_tile_avx2<6>};
+
+// Many rows, as a GEMM: the thread's panels [begin, end) are dequantized a group at a time into a scratch that
+// stays in L2, and every tile of kRowTile activation rows (in L1) runs through each panel of the group.
+AVX2_TARGET void many_rows_avx2(const Matrix& w, const float* x, int64_t rows, float* y, int64_t out_features,
+                                int64_t begin, int64_t end) {
+  const int64_t panel_values = kPanel * w.in;
+  const int64_t group = std::max<int64_t>(1, kGroupBytes / (panel_values * int64_t{sizeof(float)}));
+  std::vector<float> scratch(group * panel_values);
+  for (int64_t g = begin; g < end; g += group) {
+    const int64_t panels = std::min(end, g + group) - g;
+    for (int64_t p = 0; p < panels; ++p)
+      dequantize_panel_avx2(w, (g + p) * kPanel, out_features, scratch.data() + p * panel_values);
+    for (int64_t r0 = 0, tile = 0; r0 < rows; r0 += tile) {
+      const int64_t left = rows - r0;
+      tile = left > kRowTile && left < 2 * kRowTile ? (left + 1) / 2 : std::min(kRowTile, left);  // no 1- or 2-row tail
+      const float* xt = x + r0 * w.in;
+      for (int64_t p = 0; p < panels; ++p) {
+        const int64_t o = (g + p) * kPanel;
+        kPanelTiles[tile](scratch.data() + p * panel_values, xt, w.in, y + r0 * out_features + o, out_features,
+                          std::min(kPanel, out_features - o));
+      }
+    }
+  }
+}
+
+// Few rows: output rows in groups of kRowGroup against each activation tile in turn, the group's quantized
+// rows and the tile staying in L1 while every pair is multiplied.
+AVX2_TARGET void few_rows_avx2(const Matrix& w, const float* x, int64_t rows, float* y, int64_t out_features,
+                               int64_t begin, int64_t end) {
+  for (int64_t g = begin; g < end; g += kRowGroup)
+    for (int64_t r0 = 0; r0 < rows; r0 += kTile)
+      for (int64_t o = g; o < std::min(end, g + kRowGroup); ++o)
+        kFewTiles[std::min(kTile, rows - r0)](w, o, x + r0 * w.in, y + r0 * out_features, out_features);
 }
 
 #endif
@@ -251,6 +304,26 @@ Matrix matrix_of(const torch::Tensor& quants, const torch::Tensor& scales, const
 // The grain keeps each task a few hundred microseconds of work at least: small matrices stay on one thread.
 int64_t grain_for(int64_t in, int64_t rows) { return std::max<int64_t>(1, 65536 / (in * std::max<int64_t>(rows, 1))); }
 
+// Threads split the output rows (few activation rows) or the panels of kPanel output rows (many).
+void multiply(const Matrix& w, const float* x, int64_t rows, float* y, int64_t out_features) {
+#if defined(__x86_64__)
+  if (use_avx2() && rows >= kManyRows) {
+    const int64_t panels = (out_features + kPanel - 1) / kPanel;
+    at::parallel_for(0, panels, grain_for(w.in * kPanel, rows), [&](int64_t begin, int64_t end) {
+      many_rows_avx2(w, x, rows, y, out_features, begin, end);
+    });
+    return;
+  }
+#endif
+  const bool avx2 = use_avx2();
+  at::parallel_for(0, out_features, grain_for(w.in, rows), [&](int64_t begin, int64_t end) {
+#if defined(__x86_64__)
+    if (avx2) return few_rows_avx2(w, x, rows, y, out_features, begin, end);
+#endif
+    rows_scalar(w, x, rows, y, out_features, begin, end);
+  });
+}
+
 torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& quants, const torch::Tensor& scales,
                            const c10::optional<torch::Tensor>& mins, int64_t kind) {
   const Matrix w = matrix_of(quants, scales, mins, kind);
@@ -258,15 +331,7 @@ torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& quants, 
   const torch::Tensor xc = x.contiguous();
   const int64_t rows = xc.size(0), out_features = quants.size(0);
   torch::Tensor y = torch::empty({rows, out_features}, xc.options());
-  const float* xp = xc.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
-  const bool avx2 = use_avx2();
-  at::parallel_for(0, out_features, grain_for(w.in, rows), [&](int64_t begin, int64_t end) {
-#if defined(__x86_64__)
-    if (avx2) return rows_avx2(w, xp, rows, yp, out_features, begin, end);
-#endif
-    rows_scalar(w, xp, rows, yp, out_features, begin, end);
-  });
+  multiply(w, xc.data_ptr<float>(), rows, y.data_ptr<float>(), out_features);
   return y;
 }
 

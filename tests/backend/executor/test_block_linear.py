@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize, quantize
 
-from backend.executor import block_kernel, block_linear
+from backend.executor import block_kernel
 from backend.executor.block_linear import BlockWeight, from_blocks
 from backend.executor.model import LlamaModel
 from backend.executor.quant_blocks import BlockQuantized
@@ -69,7 +69,7 @@ def test_dequantized_rows_are_the_files_values(kind: str, path: str) -> None:
 
 @needs_kernel
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("rows", [1, 3, 8, 33])
+@pytest.mark.parametrize("rows", [1, 3, 8, 9, 33])
 def test_kernel_product_equals_the_dense_product(kind: str, rows: int, path: str) -> None:
     blocks, reference = _blocks(kind, seed=rows)
     assert kernel is not None
@@ -77,15 +77,33 @@ def test_kernel_product_equals_the_dense_product(kind: str, rows: int, path: str
     _assert_matches(from_blocks(blocks, kernel).linear(x), x, reference)
 
 
+@pytest.fixture
+def two_threads() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
 @needs_kernel
-def test_many_rows_take_the_dense_path_in_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("rows", [1, 8, 40])
+def test_products_split_over_threads_equal_the_dense_product(kind: str, rows: int, path: str, two_threads: None) -> None:
+    """Many output rows and panels (past a tile's grain), so the threads each take a share."""
+    blocks, reference = _blocks(kind, rows=1000, cols=256, seed=rows)
+    assert kernel is not None
+    x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(rows))
+    _assert_matches(from_blocks(blocks, kernel).linear(x), x, reference)
+
+
+@needs_kernel
+def test_a_long_prefill_chunk_keeps_its_shape_and_bias() -> None:
     blocks, reference = _blocks("Q4_1", rows=300, cols=64)
     assert kernel is not None
-    monkeypatch.setattr(block_linear, "_SLICE_VALUES", 64 * 128)  # three slices of the 300 rows
-    x = torch.randn(2, block_linear.DENSE_ROWS, 64, generator=torch.Generator().manual_seed(1))
+    x = torch.randn(2, 260, 64, generator=torch.Generator().manual_seed(1))
     bias = torch.randn(300, generator=torch.Generator().manual_seed(2))
     out = from_blocks(blocks, kernel).linear(x, bias)
-    assert out.shape == (2, block_linear.DENSE_ROWS, 300)
+    assert out.shape == (2, 260, 300)
     _assert_matches((out - bias).reshape(-1, 300), x.reshape(-1, 64), reference)
 
 
@@ -108,7 +126,7 @@ def test_a_failed_build_warns_once_and_loads_nothing(
     monkeypatch.setattr(block_kernel, "_compile", no_compiler)
     with caplog.at_level(logging.WARNING, logger=block_kernel.__name__):
         assert block_kernel._load() is None
-    assert "building the CPU quantized kernel once" in caplog.text
+    assert "building the CPU kernels once" in caplog.text
     assert "unavailable (Error building extension: c++: command not found)" in caplog.text
     assert list(tmp_path.iterdir()) == [], "a failed build leaves nothing to load"
 
@@ -121,8 +139,8 @@ def test_without_a_compiler_one_warning_says_so(
     with caplog.at_level(logging.WARNING, logger=block_kernel.__name__):
         assert block_kernel._load() is None
     assert [r.getMessage() for r in caplog.records] == [
-        "the CPU quantized kernel is unavailable (no C++ compiler (no-such-c++) on PATH); "
-        "quantized matrices use torch's int4/int8 forms"
+        "the CPU kernels are unavailable (no C++ compiler (no-such-c++) on PATH); "
+        "quantized matrices use torch's int4/int8 forms, attention SDPA"
     ]
 
 
