@@ -1,5 +1,6 @@
 """Building and loading tidegate's C++ extension for the CPU: the kernel that multiplies with GGML's blocks
-(csrc/block_matmul.cpp) and the decode attention that reads the paged KV cache in place (csrc/paged_attention.cpp).
+(csrc/block_matmul.cpp, its GEMM path csrc/block_gemm.cpp) and the decode attention that reads the paged KV
+cache in place (csrc/paged_attention.cpp).
 
 It is compiled once per machine with torch's extension tooling (ninja and a C++ compiler) into
 `~/.cache/tidegate/kernels/<torch version>-<source hash>/` (or `$TIDEGATE_KERNEL_DIR`), and loaded from there
@@ -32,7 +33,8 @@ import torch
 log = logging.getLogger(__name__)
 
 NAME = "tidegate_block_matmul"
-SOURCES = [Path(__file__).with_name("csrc") / name for name in ("block_matmul.cpp", "paged_attention.cpp")]
+CSRC = Path(__file__).with_name("csrc")
+SOURCES = [CSRC / name for name in ("block_matmul.cpp", "block_gemm.cpp", "paged_attention.cpp")]
 _FLAGS = ["-O3", "-std=c++17", "-fopenmp"]  # without -fopenmp at::parallel_for runs serially
 BUILD_SECONDS = 150  # both sources, measured on 2 cores (about 120 s idle, up to 225 s busy); the log line tells users what the first start costs
 
@@ -40,7 +42,8 @@ BUILD_SECONDS = 150  # both sources, measured on 2 cores (about 120 s idle, up t
 def cache_dir() -> Path:
     """Where this torch and this source's build lives."""
     root = Path(os.environ.get("TIDEGATE_KERNEL_DIR", "~/.cache/tidegate/kernels")).expanduser()
-    digest = hashlib.sha256(b"".join(s.read_bytes() for s in SOURCES) + " ".join(_FLAGS).encode()).hexdigest()[:12]
+    sources = sorted(CSRC.glob("*.cpp")) + sorted(CSRC.glob("*.h"))  # headers too: a changed one must rebuild
+    digest = hashlib.sha256(b"".join(s.read_bytes() for s in sources) + " ".join(_FLAGS).encode()).hexdigest()[:12]
     return root / f"{torch.__version__}-{digest}"
 
 
@@ -123,7 +126,7 @@ def main(argv: list[str]) -> int:
     module = load()
     if module is None:
         return 1
-    print(f"CPU quantized kernel ready in {cache_dir()} (AVX2 path: {module.uses_avx2()})")
+    print(f"CPU kernels ready in {cache_dir()} (AVX2 path: {module.uses_avx2()})")
     return 0
 
 

@@ -11,55 +11,20 @@
 // An AVX2+FMA+F16C path is chosen at run time; a scalar path runs elsewhere. Nothing needs AVX-512.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
-#include <c10/util/Half.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "block_format.h"
 
 namespace {
 
-enum Kind : int64_t { Q4_0 = 0, Q4_1 = 1, Q8_0 = 2 };
-constexpr int64_t kBlock = 32;
+using namespace tidegate_blocks;
+
 constexpr int64_t kTile = 8;  // activation rows that share one dequantized block
 constexpr int64_t kRowGroup = 15;  // output rows multiplied together on the few-rows path
 constexpr int64_t kManyRows = kTile + 1;  // past one few-rows tile the GEMM costs less per row (docs/benchmarks.md)
-constexpr int64_t kPanel = 16;  // output rows of a dequantized panel: two 8-float vectors at each k
-constexpr int64_t kRowTile = 6;  // activation rows per GEMM tile: 6 x 2 accumulators, 15 of 16 ymm registers in use
-constexpr int64_t kGroupBytes = 192 * 1024;  // panels dequantized together, sized to stay in a 512 KB L2
-
-struct Matrix {
-  const uint8_t* quants;
-  const c10::Half* scales;
-  const c10::Half* mins;  // Q4_1 only
-  int64_t in;
-  Kind kind;
-
-  int64_t blocks() const { return in / kBlock; }
-  int64_t row_bytes() const { return kind == Q8_0 ? in : in / 2; }
-};
-
-// The 32 float32 values of block b of output row o.
-void dequantize_block_scalar(const Matrix& w, int64_t o, int64_t b, float* out) {
-  const int64_t nb = w.blocks();
-  const float d = static_cast<float>(w.scales[o * nb + b]);
-  const uint8_t* q = w.quants + o * w.row_bytes() + b * (w.kind == Q8_0 ? kBlock : kBlock / 2);
-  if (w.kind == Q8_0) {
-    for (int j = 0; j < kBlock; ++j) out[j] = static_cast<float>(static_cast<int8_t>(q[j])) * d;
-    return;
-  }
-  const float m = w.kind == Q4_1 ? static_cast<float>(w.mins[o * nb + b]) : 0.0f;
-  const int offset = w.kind == Q4_0 ? 8 : 0;
-  for (int j = 0; j < kBlock / 2; ++j) {
-    out[j] = static_cast<float>((q[j] & 15) - offset) * d + m;
-    out[j + 16] = static_cast<float>((q[j] >> 4) - offset) * d + m;
-  }
-}
 
 void rows_scalar(const Matrix& w, const float* x, int64_t rows, float* y, int64_t out_features,
                  int64_t begin, int64_t end) {
@@ -83,41 +48,6 @@ void rows_scalar(const Matrix& w, const float* x, int64_t rows, float* y, int64_
 }
 
 #if defined(__x86_64__)
-#define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
-
-AVX2_TARGET inline float half_to_float(c10::Half h) { return _cvtsh_ss(h.x); }
-
-AVX2_TARGET inline void dequantize_block_avx2(const Matrix& w, int64_t o, int64_t b, __m256 v[4]) {
-  const int64_t nb = w.blocks();
-  const __m256 d = _mm256_set1_ps(half_to_float(w.scales[o * nb + b]));
-  __m128i parts[4];
-  if (w.kind == Q8_0) {
-    const uint8_t* q = w.quants + o * w.row_bytes() + b * kBlock;
-    for (int i = 0; i < 4; ++i) parts[i] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8 * i));
-  } else {
-    const uint8_t* q = w.quants + o * w.row_bytes() + b * (kBlock / 2);
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-    const __m128i low4 = _mm_set1_epi8(15);
-    __m128i lo = _mm_and_si128(raw, low4);
-    __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low4);
-    if (w.kind == Q4_0) {
-      lo = _mm_sub_epi8(lo, _mm_set1_epi8(8));
-      hi = _mm_sub_epi8(hi, _mm_set1_epi8(8));
-    }
-    parts[0] = lo;
-    parts[1] = _mm_srli_si128(lo, 8);
-    parts[2] = hi;
-    parts[3] = _mm_srli_si128(hi, 8);
-  }
-  for (int i = 0; i < 4; ++i) v[i] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[i]));
-  if (w.kind == Q4_1) {
-    const __m256 m = _mm256_set1_ps(half_to_float(w.mins[o * nb + b]));
-    for (int i = 0; i < 4; ++i) v[i] = _mm256_fmadd_ps(v[i], d, m);  // q * d is exact: one rounding, as q * d + m
-  } else {
-    for (int i = 0; i < 4; ++i) v[i] = _mm256_mul_ps(v[i], d);
-  }
-}
-
 AVX2_TARGET inline float hsum(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -158,105 +88,6 @@ AVX2_TARGET void dequantize_rows_avx2(const Matrix& w, float* out, int64_t begin
       float* dst = out + (o - begin) * w.in + b * kBlock;
       for (int i = 0; i < 4; ++i) _mm256_storeu_ps(dst + 8 * i, v[i]);
     }
-}
-
-// r[j] holds 8 values of row j; afterwards r[k] holds value k of every row.
-AVX2_TARGET inline void transpose8(__m256 r[8]) {
-  __m256 t[8], s[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 2; ++i) {
-    s[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    s[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    s[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    s[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
-    r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
-  }
-}
-
-// Output rows [o, o + kPanel) dequantized k-major: panel[k * kPanel + j] is weight (o + j, k); rows past
-// out_features are zeros. A k step of the GEMM then reads kPanel consecutive weights: two vector loads.
-AVX2_TARGET void dequantize_panel_avx2(const Matrix& w, int64_t o, int64_t out_features, float* panel) {
-  alignas(32) float rows8[8][kBlock];  // one block of 8 output rows, staged in L1 rather than in 32 registers
-  __m256 v[4], cols[8];
-  for (int64_t b = 0; b < w.blocks(); ++b)
-    for (int half = 0; half < kPanel / 8; ++half) {
-      for (int j = 0; j < 8; ++j) {
-        const int64_t row = o + 8 * half + j;
-        if (row < out_features) {
-          dequantize_block_avx2(w, row, b, v);
-        } else {
-          for (int i = 0; i < 4; ++i) v[i] = _mm256_setzero_ps();
-        }
-        for (int i = 0; i < 4; ++i) _mm256_store_ps(rows8[j] + 8 * i, v[i]);
-      }
-      for (int i = 0; i < 4; ++i) {
-        for (int j = 0; j < 8; ++j) cols[j] = _mm256_load_ps(rows8[j] + 8 * i);
-        transpose8(cols);
-        float* dst = panel + (b * kBlock + 8 * i) * kPanel + 8 * half;
-        for (int k = 0; k < 8; ++k) _mm256_storeu_ps(dst + k * kPanel, cols[k]);
-      }
-    }
-}
-
-// R activation rows times one panel: each x[r, k] is broadcast against the panel's two vectors at k, so the
-// 2R accumulators hold kPanel consecutive outputs of each row and no horizontal sum is needed.
-template <int R>
-AVX2_TARGET void panel_tile_avx2(const float* panel, const float* x, int64_t in, float* y, int64_t out_features,
-                                 int64_t valid) {
-  __m256 acc[R][2];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < in; ++k) {
-    const __m256 p0 = _mm256_loadu_ps(panel + k * kPanel), p1 = _mm256_loadu_ps(panel + k * kPanel + 8);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m256 xb = _mm256_broadcast_ss(x + r * in + k);
-      acc[r][0] = _mm256_fmadd_ps(p0, xb, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(p1, xb, acc[r][1]);
-    }
-  }
-  alignas(32) float last[kPanel];  // a panel past the last output row: only `valid` outputs are stored
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    float* out = valid == kPanel ? y + r * out_features : last;
-    _mm256_storeu_ps(out, acc[r][0]);
-    _mm256_storeu_ps(out + 8, acc[r][1]);
-    if (out == last) std::copy(last, last + valid, y + r * out_features);
-  }
-}
-
-using PanelTile = void (*)(const float*, const float*, int64_t, float*, int64_t, int64_t);
-constexpr PanelTile kPanelTiles[kRowTile + 1] = {nullptr, panel_tile_avx2<1>, panel_tile_avx2<2>, panel_tile_avx2<3>,
-                                                 panel_tile_avx2<4>, panel_tile_avx2<5>, panel_tile_avx2<6>};
-
-// Many rows, as a GEMM: the thread's panels [begin, end) are dequantized a group at a time into a scratch that
-// stays in L2, and every tile of kRowTile activation rows (in L1) runs through each panel of the group.
-AVX2_TARGET void many_rows_avx2(const Matrix& w, const float* x, int64_t rows, float* y, int64_t out_features,
-                                int64_t begin, int64_t end) {
-  const int64_t panel_values = kPanel * w.in;
-  const int64_t group = std::max<int64_t>(1, kGroupBytes / (panel_values * int64_t{sizeof(float)}));
-  std::vector<float> scratch(group * panel_values);
-  for (int64_t g = begin; g < end; g += group) {
-    const int64_t panels = std::min(end, g + group) - g;
-    for (int64_t p = 0; p < panels; ++p)
-      dequantize_panel_avx2(w, (g + p) * kPanel, out_features, scratch.data() + p * panel_values);
-    for (int64_t r0 = 0, tile = 0; r0 < rows; r0 += tile) {
-      const int64_t left = rows - r0;
-      tile = left > kRowTile && left < 2 * kRowTile ? (left + 1) / 2 : std::min(kRowTile, left);  // no 1- or 2-row tail
-      const float* xt = x + r0 * w.in;
-      for (int64_t p = 0; p < panels; ++p) {
-        const int64_t o = (g + p) * kPanel;
-        kPanelTiles[tile](scratch.data() + p * panel_values, xt, w.in, y + r0 * out_features + o, out_features,
-                          std::min(kPanel, out_features - o));
-      }
-    }
-  }
 }
 
 // Few rows: output rows in groups of kRowGroup against each activation tile in turn, the group's quantized
