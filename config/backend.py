@@ -36,9 +36,9 @@ class EngineSettings(BaseModel):
     queue_timeout: float = Field(default=30.0, gt=0, description="seconds a request may wait to start")
     threads: int | None = Field(default=None, ge=1, description="torch CPU threads")
     quantization: Literal["auto", "none", "int8", "int4"] = Field(
-        default="none", description="weights kept quantized on CPU: auto (the GGUF file's Q4_0/Q4_1/Q8_0 "
-        "blocks; float checkpoints stay float), int8 or int4 (float weights quantized at load), none (all float: "
-        "the default until the quantized products win under batching too, see docs/engine.md)")
+        default="auto", description="weights kept quantized on CPU: auto (the GGUF file's Q4_0/Q4_1/Q8_0 "
+        "blocks, multiplied exactly; float checkpoints stay float), int8 or int4 (float weights quantized at "
+        "load), none (all float32)")
     speculative: Literal["none", "ngram", "draft"] = Field(
         default="ngram", description="speculative decoding: none, ngram (prompt lookup), or draft (a smaller "
         "model, --speculative-model)")
