@@ -1,7 +1,7 @@
 """`tidegate backend` against llama.cpp's `llama-server` on the same GGUF file, through `tidegate bench`.
 
     python -m bench.experiments.vs_llama_cpp [--llama-server PATH] [--model smollm2] [--threads 2]
-        [--concurrency 1,8,32] [--backend-args "--quantization none"] [--json out.json]
+        [--concurrency 1,8,32] [--backend-args "--quantization none"] [--workload random|grounded] [--json out.json]
 
 Without --llama-server only tidegate runs (for a before/after of tidegate alone).
 
@@ -51,12 +51,12 @@ def start_llama_server(stack: Stack, binary: str, model: Path, threads: int) -> 
     return url
 
 
-def bench(url: str, concurrency: int, workdir: Path, label: str) -> dict[str, Any]:
+def bench(url: str, concurrency: int, workdir: Path, label: str, workload: str = "random") -> dict[str, Any]:
     out = workdir / f"{label}-c{concurrency}.json"
     subprocess.run([sys.executable, "-m", "tidegate.cli", "bench", "--base-url", url, "--model", "bench",
                     "--concurrency", str(concurrency), "--num-requests", str(max(8, 2 * concurrency)),
                     "--warmup", "1", "--input-len", str(INPUT_LEN), "--output-len", str(OUTPUT_LEN),
-                    "--no-progress", "--json", str(out)], check=True, stdout=subprocess.DEVNULL)
+                    "--workload", workload, "--no-progress", "--json", str(out)], check=True, stdout=subprocess.DEVNULL)
     result: dict[str, Any] = json.loads(out.read_text())
     return result
 
@@ -86,6 +86,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--concurrency", default="1,8,32")
     parser.add_argument("--backend-args", default="", help="more flags for tidegate backend, e.g. --quantization none")
+    parser.add_argument("--workload", choices=["random", "grounded"], default="random",
+                        help="tidegate bench's workload: random words, or grounded (edit or summarise a passage)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     model = resolve(args.model)
@@ -102,7 +104,7 @@ def main() -> None:
                     url = start_llama_server(stack, args.llama_server, model, args.threads)
                 results[label] = {}
                 for c in levels:
-                    results[label][c] = bench(url, c, workdir, label)
+                    results[label][c] = bench(url, c, workdir, label, args.workload)
                     print(f"{label} c={c}: {results[label][c]['output_throughput']:.1f} out tok/s", flush=True)
             finally:
                 stack.close()
