@@ -11,6 +11,7 @@ import torch
 
 from backend.executor.attention import AttentionMetadata
 from backend.executor.torch_attention import TorchAttention
+from tests.backend.torch_threads import torch_threads
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 6, 2, 16, 4
 
@@ -223,12 +224,8 @@ def test_decodes_and_prefill_in_bfloat16_match_float32_attention() -> None:
 
 
 def test_a_small_decode_runs_on_one_thread_and_gives_the_threads_back() -> None:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
+    with torch_threads(2):
         # every decode chunk of these steps is under one_thread_keys, then over it
         for keys in (1024, 0):
             run_case([Seq(context_len=n, q_len=1) for n in (9, 30, 17)], seed=keys, attention=TorchAttention(one_thread_keys=keys))
             assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(threads)

@@ -26,6 +26,7 @@ from backend.loading.gguf_weights import read_gguf
 from backend.loading.tokenizer import Tokenizer
 from tests.backend import engine_fixtures
 from tests.backend.model_harness import paged_greedy
+from tests.backend.torch_threads import torch_threads
 
 KINDS = ["Q4_0", "Q4_1", "Q8_0"]
 kernel = block_kernel.load()
@@ -79,10 +80,8 @@ def test_kernel_product_equals_the_dense_product(kind: str, rows: int, path: str
 
 @pytest.fixture
 def two_threads() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(2):
+        yield
 
 
 @needs_kernel

@@ -11,6 +11,7 @@ import torch
 from backend.executor import paged_kernel
 from backend.executor.attention import AttentionMetadata
 from backend.executor.torch_attention import TorchAttention
+from tests.backend.torch_threads import torch_threads
 
 pytestmark = pytest.mark.skipif(not paged_kernel.available(), reason="the C++ kernel does not build here")
 
@@ -65,13 +66,9 @@ def test_decodes_of_mixed_lengths_match_sdpa(heads: int, kv_heads: int, dim: int
 @pytest.mark.parametrize("threads", [1, 2])
 def test_one_long_sequence_split_over_threads_matches_sdpa(threads: int) -> None:
     # One sequence has fewer (sequence, KV head) pairs than two threads want: its blocks are split in ranges.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         q, k_cache, v_cache, meta = random_step([1], [1000], 9, 3, 64, 16, seed=threads)
         assert_kernel_matches_sdpa(q, k_cache, v_cache, meta)
-    finally:
-        torch.set_num_threads(previous)
 
 
 @pytest.mark.usefixtures("kernel_path")

@@ -13,6 +13,7 @@ import torch
 from backend.engine.sampling_params import SamplingParams
 from backend.executor.penalties import PenaltyState
 from backend.executor.verification import DraftVerifier, target_probs
+from tests.backend.torch_threads import torch_threads
 
 EOS = 7
 
@@ -59,10 +60,8 @@ def test_min_tokens_keeps_eos_out_of_the_rows_before_it_is_reached() -> None:
 @pytest.fixture
 def one_thread() -> Iterator[None]:
     """Thousands of tiny steps: on a busy machine two threads' barriers cost 20x the work."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with torch_threads(1):
+        yield
 
 
 @pytest.mark.usefixtures("one_thread")
