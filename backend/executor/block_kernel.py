@@ -1,6 +1,6 @@
 """Building and loading tidegate's C++ extension for the CPU: the kernel that multiplies with GGML's blocks
-(csrc/block_matmul.cpp, its GEMM path csrc/block_gemm.cpp) and the decode attention that reads the paged KV
-cache in place (csrc/paged_attention.cpp).
+(csrc/block_matmul.cpp, its GEMM path csrc/block_gemm.cpp), the decode attention that reads the paged KV
+cache in place (csrc/paged_attention.cpp) and the row-wise ops around the products (csrc/elementwise.cpp).
 
 It is compiled once per machine with torch's extension tooling (ninja and a C++ compiler) into
 `~/.cache/tidegate/kernels/<torch version>-<source hash>/` (or `$TIDEGATE_KERNEL_DIR`), and loaded from there
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 NAME = "tidegate_block_matmul"
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = [CSRC / name for name in ("block_matmul.cpp", "block_gemm.cpp", "paged_attention.cpp")]
+SOURCES = [CSRC / name for name in ("block_matmul.cpp", "block_gemm.cpp", "paged_attention.cpp", "elementwise.cpp")]
 _FLAGS = ["-O3", "-std=c++17", "-fopenmp"]  # without -fopenmp at::parallel_for runs serially
 BUILD_SECONDS = 150  # both sources, measured on 2 cores (about 120 s idle, up to 225 s busy); the log line tells users what the first start costs
 
@@ -116,6 +116,17 @@ def _load() -> ModuleType | None:
 def load() -> ModuleType | None:
     """The kernel module (`linear`, `dequantize`, `uses_avx2`), built on first use; None where it cannot be."""
     return _load()
+
+
+def has_op(name: str) -> bool:
+    """Whether the extension loads (built on first use) and registered `torch.ops.tidegate.<name>`."""
+    if load() is None:
+        return False
+    try:
+        getattr(torch.ops.tidegate, name)
+    except (AttributeError, RuntimeError):
+        return False
+    return True
 
 
 def main(argv: list[str]) -> int:

@@ -37,7 +37,8 @@ def _add_norm(
     x: torch.Tensor, residual: torch.Tensor | None, norm: RMSNorm, ops: ModelOps
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`(norm(x + residual), x + residual)`: a block's input and the residual stream after adding x to it.
-    Before the first block there is no residual yet: x itself is it."""
+    Before the first block there is no residual yet: x itself is it. The ops may add x into the residual in
+    place: the stream is the forward's own tensor (the embedding rows, fresh each call), and no one else holds it."""
     if residual is None:
         return ops.rms_norm(x, norm.weight, norm.eps), x
     return ops.add_rms_norm(x, residual, norm.weight, norm.eps)

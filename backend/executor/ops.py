@@ -4,6 +4,7 @@
 | --- | --- | --- | --- |
 | `torch_ops()` | torch | `F.linear` | `TorchAttention` |
 | `torch_ops(packed_linear=True)` | torch | oneDNN, weights packed at load (`cpu_linear`) | `TorchAttention` |
+| `torch_ops(cpu_kernels=True)` | C++ norms (`elementwise_kernel`), the rest torch | as chosen | `TorchAttention` |
 | `triton_ops()` | Triton kernels | `F.linear` | `TritonAttention` |
 
 `ops_for(device, dtype)` chooses among them; triton is imported only when `triton_ops` runs.
@@ -18,7 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from backend.executor import cpu_linear, elementwise
+from backend.executor import cpu_linear, elementwise, elementwise_kernel
 from backend.executor.attention import AttentionBackend
 from backend.executor.rotary import RotaryOp, StepRotation
 from backend.executor.torch_attention import TorchAttention
@@ -29,6 +30,7 @@ class ModelOps:
     """The functions every layer calls, and the attention backend (which keeps its buffers across steps)."""
 
     rms_norm: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
+    # (x, residual, weight, eps) -> (norm(x + residual), x + residual); it may add x into residual in place
     add_rms_norm: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]]
     rotary: RotaryOp
     silu_and_mul: Callable[[torch.Tensor], torch.Tensor]
@@ -37,11 +39,13 @@ class ModelOps:
     attention: AttentionBackend[Any]
 
 
-def torch_ops(*, packed_linear: bool = False) -> ModelOps:
-    """The torch reference; with `packed_linear`, matrix products through oneDNN (CPU, float32)."""
+def torch_ops(*, packed_linear: bool = False, cpu_kernels: bool = False) -> ModelOps:
+    """The torch reference; with `packed_linear`, matrix products through oneDNN (CPU, float32); with
+    `cpu_kernels`, the C++ norms (CPU, float32, the extension built)."""
+    rows = elementwise_kernel if cpu_kernels else elementwise
     return ModelOps(
-        rms_norm=elementwise.rms_norm,
-        add_rms_norm=elementwise.add_rms_norm,
+        rms_norm=rows.rms_norm,
+        add_rms_norm=rows.add_rms_norm,
         rotary=StepRotation(),
         silu_and_mul=elementwise.silu_and_mul,
         linear=cpu_linear.linear if packed_linear else F.linear,
@@ -67,7 +71,11 @@ def triton_ops() -> ModelOps:
 
 
 def ops_for(device: str, dtype: torch.dtype) -> ModelOps:
-    """Triton on CUDA; elsewhere torch, with packed matrices on CPU in float32 where torch has oneDNN."""
+    """Triton on CUDA; elsewhere torch, and on CPU in float32 packed matrices where torch has oneDNN and the
+    C++ row-wise ops where the extension builds."""
     if device.startswith("cuda"):
         return triton_ops()
-    return torch_ops(packed_linear=device == "cpu" and dtype == torch.float32 and cpu_linear.available())
+    cpu_float32 = device == "cpu" and dtype == torch.float32
+    return torch_ops(
+        packed_linear=cpu_float32 and cpu_linear.available(), cpu_kernels=cpu_float32 and elementwise_kernel.available()
+    )

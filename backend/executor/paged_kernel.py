@@ -34,13 +34,7 @@ class KernelRows:
 @functools.cache
 def available() -> bool:
     """Whether the kernel built and registered its op (where the block kernel cannot build, neither can it)."""
-    if block_kernel.load() is None:
-        return False
-    try:
-        torch.ops.tidegate.paged_attention  # noqa: B018 (resolving the op is the check)
-    except (AttributeError, RuntimeError):
-        return False
-    return True
+    return block_kernel.has_op("paged_attention")
 
 
 def serves(meta: AttentionMetadata, dtype: torch.dtype) -> bool:

@@ -7,12 +7,15 @@ pool (or, with `--consecutive`, in order, as a fresh pool hands them out), as th
 median time (wall and process CPU) of the weight matrix products alone for the same rows, and with `--profile` the top torch ops of
 three steps; `--batch` takes a list, measured one after the other in one process. `--thread` runs the steps in a second thread, as the engine's step loop does. Only the public
 model API is used (`load_model`, `model.ops`, `model(...)`, `compute_logits`), and checkouts from before
-`model.ops` are measured the same way, so the script compares a change against its base.
+`model.ops` are measured the same way, so the script compares a change against its base. `--ab-torch-rows`
+also times the step with torch's row-wise ops (norms, rotation, SiLU-and-mul: `torch_ops()`'s) in place of the
+model's own, alternating step by step, so that both see the same load of a shared machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import threading
 import time
@@ -23,7 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from backend.executor.attention import AttentionMetadata
-from backend.executor.model import LlamaModel
+from backend.executor.model import DecoderLayer, LlamaModel
+from backend.executor.ops import ModelOps, torch_ops
 from backend.loading.loader import load_model
 from backend.loading.model_cache import pull
 
@@ -87,6 +91,42 @@ def median_ms(fn: Callable[[], None], runs: int) -> tuple[float, float]:
     return 1000 * statistics.median(walls), 1000 * statistics.median(cpus)
 
 
+def with_torch_rows(ops: ModelOps) -> ModelOps:
+    """`ops` with the torch reference's row-wise ops: the same products and attention."""
+    reference = torch_ops()
+    return dataclasses.replace(ops, rms_norm=reference.rms_norm, add_rms_norm=reference.add_rms_norm,
+                               rotary=reference.rotary, silu_and_mul=reference.silu_and_mul)
+
+
+def running(model: LlamaModel, ops: ModelOps, step: Callable[[], None]) -> Callable[[], None]:
+    """`step` with the model's layers calling `ops`."""
+
+    def run() -> None:
+        model.ops, model.rotary.op = ops, ops.rotary
+        for layer in model.layers:
+            assert isinstance(layer, DecoderLayer)
+            layer.ops = ops
+        step()
+
+    return run
+
+
+def paired_cpu_ms(first: Callable[[], None], second: Callable[[], None], runs: int) -> tuple[float, float, float]:
+    """Median process CPU ms of each, run in alternating order, and the median of the pairs' differences."""
+    first()
+    second()
+    pairs = []
+    for i in range(runs):
+        times = {}
+        for name, fn in ((0, first), (1, second)) if i % 2 == 0 else ((1, second), (0, first)):
+            cpu = time.process_time()
+            fn()
+            times[name] = 1000 * (time.process_time() - cpu)
+        pairs.append((times[0], times[1]))
+    return (statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs),
+            statistics.median(p[0] - p[1] for p in pairs))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", default="32", help="sequences per step; a comma-separated list for several")
@@ -96,24 +136,36 @@ def main() -> None:
     parser.add_argument("--thread", action="store_true", help="run the steps in a second thread")
     parser.add_argument("--consecutive", action="store_true",
                         help="give each sequence consecutive blocks, as a fresh pool does, instead of scattered ones")
-    parser.add_argument("--profile", action="store_true", help="print the top torch ops of three steps")
+    parser.add_argument("--profile", action="store_true",
+                        help="print the top torch ops of three steps, and the torch calls a step makes")
+    parser.add_argument("--profile-rows", type=int, default=8, help="how many ops --profile lists")
     parser.add_argument("--quantization", default="none", choices=["auto", "none", "int8", "int4"])
+    parser.add_argument("--ab-torch-rows", action="store_true",
+                        help="also time steps with torch's row-wise ops, alternating with the model's own")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model = load_model(pull("smollm2", quiet=True), quantization=args.quantization).model
     batches = [int(b) for b in args.batch.split(",")]
     results: dict[int, tuple[tuple[float, float], tuple[float, float]]] = {}
+    ab: dict[int, tuple[float, float, float]] = {}
 
     def measure() -> None:
         with torch.inference_mode():
             for batch in batches:
                 step = step_fn(model, batch, args.context, args.consecutive)
                 results[batch] = (median_ms(step, args.runs), median_ms(products_fn(model, batch), args.runs))
+                if args.ab_torch_rows:
+                    own = model.ops
+                    ab[batch] = paired_cpu_ms(running(model, with_torch_rows(own), step), running(model, own, step),
+                                              args.runs)
                 if args.profile:
                     with torch.profiler.profile() as prof:
                         for _ in range(3):
                             step()
-                    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=8))
+                    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.profile_rows))
+                    # The ops Python called, not those they called in turn.
+                    calls = sum(1 for event in prof.events() if event.cpu_parent is None)
+                    print(f"batch {batch}: {calls / 3:.0f} torch calls per step")
 
     if args.thread:
         worker = threading.Thread(target=measure)
@@ -126,6 +178,9 @@ def main() -> None:
         print(f"decode step, batch {batch}, context {args.context}, {args.threads} threads, in {where}: "
               f"{step_ms:.1f} ms median ({step_cpu:.1f} CPU ms); weight products alone {products_ms:.1f} ms "
               f"({products_cpu:.1f} CPU ms)")
+    for batch, (torch_ms, own_ms, saved_ms) in ab.items():
+        print(f"batch {batch}, alternating: torch's row-wise ops {torch_ms:.1f} CPU ms, the model's {own_ms:.1f}; "
+              f"median difference of {args.runs} pairs {saved_ms:.1f} CPU ms")
 
 
 if __name__ == "__main__":

@@ -22,11 +22,11 @@
 #include <limits>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "vector_math.h"
 
 namespace {
+
+using namespace tidegate_simd;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kMinSplitBlocks = 4;  // a split range shorter than this costs more to merge than it saves
@@ -83,33 +83,6 @@ void accumulate_scalar(float* acc, float correction, const float* p, const float
 }
 
 #if defined(__x86_64__)
-#define AVX2_TARGET __attribute__((target("avx2,fma")))
-
-AVX2_TARGET inline float hsum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
-}
-
-// exp(x) for x <= 0 (scores minus their maximum): Cephes' degree-5 polynomial after a 2^n range reduction,
-// within 2 ulp of std::exp; underflows to 0 below -87, as softmax needs.
-AVX2_TARGET inline __m256 exp_avx2(__m256 x) {
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
-  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
-}
-
 AVX2_TARGET void scores_avx2(const float* q, const float* keys, int64_t row, int64_t n, int64_t dim, float scale,
                              float* s) {
   int64_t t = 0;
@@ -138,7 +111,7 @@ AVX2_TARGET void scores_avx2(const float* q, const float* keys, int64_t row, int
 AVX2_TARGET void exp_avx2(float* p, int64_t n, float max) {
   const __m256 m = _mm256_set1_ps(max);
   int64_t t = 0;
-  for (; t + 8 <= n; t += 8) _mm256_storeu_ps(p + t, exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p + t), m)));
+  for (; t + 8 <= n; t += 8) _mm256_storeu_ps(p + t, exp_nonpositive_avx2(_mm256_sub_ps(_mm256_loadu_ps(p + t), m)));
   for (; t < n; ++t) p[t] = std::exp(p[t] - max);
 }
 
@@ -167,14 +140,7 @@ AVX2_TARGET void accumulate_avx2(float* acc, float correction, const float* p, c
 
 std::atomic<bool> scalar_only{false};  // set by tests, so that the portable path runs on AVX2 machines too
 
-bool use_avx2() {
-#if defined(__x86_64__)
-  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return supported && !scalar_only.load();
-#else
-  return false;
-#endif
-}
+bool use_avx2() { return cpu_has_avx2() && !scalar_only.load(); }
 
 void prefetch(const float* from, int64_t floats) {
   for (int64_t i = 0; i < floats; i += 16) __builtin_prefetch(from + i);  // one 64-byte line per 16 floats

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from backend.executor import paged_kernel
+from backend.executor import elementwise_kernel, paged_kernel
 
 
 def _through(path: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
@@ -16,11 +16,13 @@ def _through(path: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         return
     if not paged_kernel.available():
         pytest.skip("the C++ kernel does not build here")
-    paged_kernel.set_scalar_only(path == "portable kernel")
+    for kernel in (paged_kernel, elementwise_kernel):
+        kernel.set_scalar_only(path == "portable kernel")
     try:
         yield path
     finally:
-        paged_kernel.set_scalar_only(False)
+        for kernel in (paged_kernel, elementwise_kernel):
+            kernel.set_scalar_only(False)
 
 
 @pytest.fixture(params=["kernel", "portable kernel", "sdpa"])
@@ -32,5 +34,5 @@ def attention_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
 
 @pytest.fixture(params=["kernel", "portable kernel"])
 def kernel_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Runs a test through the C++ kernel's AVX2 path (where the CPU has it) and its portable path."""
+    """Runs a test through the C++ kernels' AVX2 paths (where the CPU has them) and their portable paths."""
     yield from _through(request.param, monkeypatch)

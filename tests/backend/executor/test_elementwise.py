@@ -1,12 +1,16 @@
-"""The torch elementwise ops give the bits of transformers' formulas in float32."""
+"""The torch elementwise ops give the bits of transformers' formulas in float32; the C++ ones equal them
+within float32 rounding."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from backend.executor import elementwise
+from backend.executor import elementwise, elementwise_kernel
+from tests.backend.torch_threads import torch_threads
 
 
 def llama_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -38,3 +42,54 @@ def test_silu_and_mul_leaves_its_input_alone() -> None:
     gate, up = before.chunk(2, dim=-1)
     assert torch.equal(elementwise.silu_and_mul(gate_up), F.silu(gate) * up)
     assert torch.equal(gate_up, before)
+
+
+# The C++ ops (csrc/elementwise.cpp) against the torch reference: decode-sized and prefill-sized row counts, the
+# model's hidden size and an odd one (its tail takes the scalar code on the AVX2 path too).
+ROWS = [1, 7, 33, 300]
+HIDDEN = [576, 67]
+
+
+def cpp_inputs(rows: int, hidden: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(rows * hidden)
+    x, residual = torch.randn(2, rows, hidden, generator=gen) * 3
+    return x, residual.clone(), torch.randn(hidden, generator=gen)
+
+
+@pytest.mark.parametrize("hidden", HIDDEN)
+@pytest.mark.parametrize("rows", ROWS)
+def test_cpp_norms_equal_torch_within_float32_rounding(rows: int, hidden: int, kernel_path: str) -> None:
+    x, residual, weight = cpp_inputs(rows, hidden)
+    with torch_threads(2):  # 300 rows are enough to be split over threads
+        torch.testing.assert_close(
+            elementwise_kernel.rms_norm(x, weight, 1e-5), F.rms_norm(x, (hidden,), weight, 1e-5), rtol=1e-6, atol=1e-6
+        )
+        expected_sum = residual + x
+        normed, summed = elementwise_kernel.add_rms_norm(x, residual, weight, 1e-5)
+    torch.testing.assert_close(normed, F.rms_norm(expected_sum, (hidden,), weight, 1e-5), rtol=1e-6, atol=1e-6)
+    assert summed is residual and torch.equal(residual, expected_sum), "the residual stream advances in place"
+
+
+def test_cpp_add_rms_norm_leaves_x_alone(kernel_path: str) -> None:
+    x, residual, weight = cpp_inputs(3, 576)
+    before = x.clone()
+    elementwise_kernel.add_rms_norm(x, residual, weight, 1e-5)
+    assert torch.equal(x, before)
+
+
+@pytest.mark.skipif(not elementwise_kernel.available(), reason="the C++ kernel does not build here")
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda x, r, w: (x.double(), r, w), "float32"),
+        (lambda x, r, w: (x, r, w[:-1]), "weight"),
+        (lambda x, r, w: (x, r[:2], w), "residual"),
+        (lambda x, r, w: (x, r.t().contiguous().t(), w), "residual"),
+        (lambda x, r, w: (r, r, w), "residual must not be x"),
+    ],
+    ids=["float64", "short weight", "residual shape", "strided residual", "residual is x"],
+)
+def test_cpp_norm_refuses_bad_inputs(change: Callable[..., tuple[torch.Tensor, ...]], message: str) -> None:
+    x, residual, weight = change(*cpp_inputs(3, 576))
+    with pytest.raises(RuntimeError, match=message):
+        elementwise_kernel.add_rms_norm(x, residual, weight, 1e-5)

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from backend import Engine, EngineConfig, SamplingParams
-from backend.executor import cpu_linear, rotary
+from backend.executor import cpu_linear, elementwise, elementwise_kernel, rotary
 from backend.executor.attention import AttentionMetadata
 from backend.executor.ops import ops_for, torch_ops
 from backend.executor.torch_attention import TorchAttention, TorchAttentionPlan
@@ -38,13 +38,16 @@ class CountingAttention(TorchAttention):
         return super().plan(meta, block_size, dtype)
 
 
-def test_cpu_gets_the_torch_ops_with_packed_matrices_only_in_float32() -> None:
+def test_cpu_gets_packed_matrices_and_cpp_row_ops_only_in_float32() -> None:
     fp32, bf16 = ops_for("cpu", torch.float32), ops_for("cpu", torch.bfloat16)
     for ops in (fp32, bf16):
         assert isinstance(ops.attention, TorchAttention) and isinstance(ops.rotary, rotary.StepRotation)
     assert bf16.linear is F.linear and bf16.pack is None
+    assert bf16.rms_norm is elementwise.rms_norm and bf16.add_rms_norm is elementwise.add_rms_norm
     if cpu_linear.available():
         assert fp32.linear is cpu_linear.linear and fp32.pack is cpu_linear.pack
+    if elementwise_kernel.available():
+        assert fp32.rms_norm is elementwise_kernel.rms_norm and fp32.add_rms_norm is elementwise_kernel.add_rms_norm
 
 
 def test_each_model_has_its_own_attention_buffers_and_rotation_rows() -> None:
