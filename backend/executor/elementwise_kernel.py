@@ -36,6 +36,21 @@ def add_rms_norm(
     return out, residual
 
 
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """`silu(gate) * up` for `gate_up` `[..., 2n]` holding gate then up."""
+    out: torch.Tensor = torch.ops.tidegate.silu_and_mul(gate_up)
+    return out
+
+
+def rotate(
+    positions: torch.Tensor, qk: torch.Tensor, num_q_heads: int, cos_sin_cache: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's `RotaryOp`: the q and k heads of `qk`, rotated in place, with the bits of `rotary.rotate`; each
+    token's factors are read from the table at its position, so nothing is gathered per step."""
+    torch.ops.tidegate.rotate_(qk, positions, cos_sin_cache)
+    return qk[:, :num_q_heads], qk[:, num_q_heads:]
+
+
 def set_scalar_only(value: bool) -> None:
     """Run the portable path even where AVX2 is there (tests)."""
     torch.ops.tidegate.elementwise_set_scalar_only(value)

@@ -4,7 +4,7 @@
 | --- | --- | --- | --- |
 | `torch_ops()` | torch | `F.linear` | `TorchAttention` |
 | `torch_ops(packed_linear=True)` | torch | oneDNN, weights packed at load (`cpu_linear`) | `TorchAttention` |
-| `torch_ops(cpu_kernels=True)` | C++ norms (`elementwise_kernel`), the rest torch | as chosen | `TorchAttention` |
+| `torch_ops(cpu_kernels=True)` | C++ (`elementwise_kernel`) | as chosen | `TorchAttention` |
 | `triton_ops()` | Triton kernels | `F.linear` | `TritonAttention` |
 
 `ops_for(device, dtype)` chooses among them; triton is imported only when `triton_ops` runs.
@@ -41,13 +41,13 @@ class ModelOps:
 
 def torch_ops(*, packed_linear: bool = False, cpu_kernels: bool = False) -> ModelOps:
     """The torch reference; with `packed_linear`, matrix products through oneDNN (CPU, float32); with
-    `cpu_kernels`, the C++ norms (CPU, float32, the extension built)."""
+    `cpu_kernels`, the C++ norms, rotation and SiLU-and-mul (CPU, float32, the extension built)."""
     rows = elementwise_kernel if cpu_kernels else elementwise
     return ModelOps(
         rms_norm=rows.rms_norm,
         add_rms_norm=rows.add_rms_norm,
-        rotary=StepRotation(),
-        silu_and_mul=elementwise.silu_and_mul,
+        rotary=elementwise_kernel.rotate if cpu_kernels else StepRotation(),
+        silu_and_mul=rows.silu_and_mul,
         linear=cpu_linear.linear if packed_linear else F.linear,
         pack=cpu_linear.pack if packed_linear else None,
         attention=TorchAttention(),

@@ -1,9 +1,9 @@
 """Rotary position embedding: one cos|sin table by absolute position, and the torch rotation that reads it.
 
-Both paths rotate from the same table `[max_positions, head_dim]` (float32, the cos of each position's
-angles, then their sin); the Triton kernel (`backend.executor.kernels.apply_rotary`) reads it by position on the
-device. It covers every position the model accepts, so a step never checks a length on the host, and a
-CUDA graph can capture it.
+Every path rotates from the same table `[max_positions, head_dim]` (float32, the cos of each position's
+angles, then their sin); the Triton kernel (`backend.executor.kernels.apply_rotary`) and the C++ one
+(`backend.executor.elementwise_kernel.rotate`) read it by position. It covers every position the model
+accepts, so a step never checks a length on the host, and a CUDA graph can capture it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from torch import nn
 
 from backend.executor.model_config import ModelConfig
 
-# (positions [T], qk [T, heads + kv_heads, head_dim], num_q_heads, cos_sin_cache) -> rotated (q, k)
+# (positions [T], qk [T, heads + kv_heads, head_dim], num_q_heads, cos_sin_cache) -> rotated (q, k), which may be
+# qk's own heads rotated in place (the C++ and Triton ops do that)
 RotaryOp = Callable[[torch.Tensor, torch.Tensor, int, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 

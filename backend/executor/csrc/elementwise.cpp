@@ -7,7 +7,11 @@
 //   (not torch's) leaves the mean correctly rounded; the result equals torch's to within an ulp or so.
 // - add_rms_norm: residual += x in place, then the norm of the new residual, in one pass per row (the row
 //   stays in L1 between its two reads).
-// Rows are split over torch's threads only when there are many (prefill): a decode step's norm takes a few
+// - silu_and_mul: silu(gate) * up from the rows of the merged gate|up product, computed as torch computes
+//   silu (g / (1 + exp(-g))) up to its exp: within a few ulp.
+// - rotate_: Hugging Face's rotate_half rotary embedding of q and k heads in place, from the cos|sin table
+//   row of each token's position: the same products and sums as the torch reference, so the same bits.
+// Rows are split over torch's threads only when there are many (prefill): a decode step's call takes a few
 // microseconds, less than waking a worker. An AVX2+FMA path is chosen at run time; a scalar path runs
 // elsewhere and for tests. Nothing needs AVX-512.
 //
@@ -19,6 +23,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "vector_math.h"
 
@@ -88,6 +93,67 @@ AVX2_TARGET void norm_row_avx2(const float* x, float* residual, const float* wei
 }
 #endif
 
+inline float silu_scalar(float g) { return g / (1.0f + std::exp(-g)); }
+
+void silu_mul_row_scalar(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = silu_scalar(gate[i]) * up[i];
+}
+
+// The compiler may fuse a product and the sum after it into one FMA, which rounds once where the torch
+// reference rounds twice; passing the product through an empty asm statement keeps the two roundings.
+inline float unfused(float v) {
+#if defined(__x86_64__)
+  asm("" : "+x"(v));
+#else
+  asm("" : "+m"(v));
+#endif
+  return v;
+}
+
+// x1 * cos - x2 * sin | x2 * cos + x1 * sin over the two halves of one head, rounded as the reference rounds
+// (its x2 * -sin added equals x2 * sin subtracted, bit for bit).
+void rotate_head_scalar(float* x, const float* cos, const float* sin, int64_t half) {
+  for (int64_t i = 0; i < half; ++i) {
+    const float x1 = x[i], x2 = x[half + i];
+    x[i] = unfused(x1 * cos[i]) - unfused(x2 * sin[i]);
+    x[half + i] = unfused(x2 * cos[i]) + unfused(x1 * sin[i]);
+  }
+}
+
+#if defined(__x86_64__)
+// For g < 0, g / (1 + exp(-g)) is computed as g * e / (1 + e) with e = exp(g): the polynomial serves x <= 0 only.
+AVX2_TARGET void silu_mul_row_avx2(const float* gate, const float* up, float* out, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps(), sign = _mm256_set1_ps(-0.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = exp_nonpositive_avx2(_mm256_or_ps(g, sign));  // exp(-|g|)
+    const __m256 numerator = _mm256_blendv_ps(g, _mm256_mul_ps(g, e), _mm256_cmp_ps(g, zero, _CMP_LT_OQ));
+    const __m256 silu = _mm256_div_ps(numerator, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
+  }
+  silu_mul_row_scalar(gate + i, up + i, out + i, n - i);
+}
+
+AVX2_TARGET inline __m256 unfused(__m256 v) {
+  asm("" : "+x"(v));
+  return v;
+}
+
+AVX2_TARGET void rotate_head_avx2(float* x, const float* cos, const float* sin, int64_t half) {
+  for (int64_t i = 0; i < half; i += 8) {
+    const __m256 x1 = _mm256_loadu_ps(x + i), x2 = _mm256_loadu_ps(x + half + i);
+    const __m256 c = _mm256_loadu_ps(cos + i), s = _mm256_loadu_ps(sin + i);
+    _mm256_storeu_ps(x + i, _mm256_sub_ps(unfused(_mm256_mul_ps(x1, c)), unfused(_mm256_mul_ps(x2, s))));
+    _mm256_storeu_ps(x + half + i, _mm256_add_ps(unfused(_mm256_mul_ps(x2, c)), unfused(_mm256_mul_ps(x1, s))));
+  }
+}
+#endif
+
+int64_t grain_rows(int64_t floats_per_row) {
+  return std::max<int64_t>(1, kSerialFloats / std::max<int64_t>(floats_per_row, 1));
+}
+
 void check_float(const torch::Tensor& t, const char* name) {
   TORCH_CHECK(t.dtype() == torch::kFloat32 && t.device().is_cpu() && t.dim() >= 1, name,
               ": float32 on the CPU, with at least one dimension");
@@ -98,12 +164,11 @@ torch::Tensor norm_rows(const torch::Tensor& x, float* residual, const torch::Te
   const int64_t n = weight.numel(), rows = n > 0 ? x.numel() / n : 0;
   torch::Tensor out = torch::empty_like(x);
   const float* xs = x.data_ptr<float>();
-  const int64_t grain = std::max<int64_t>(1, kSerialFloats / std::max<int64_t>(n, 1));
   const float* w = weight.data_ptr<float>();
   float* o = out.data_ptr<float>();
   const float e = static_cast<float>(eps);
   const bool avx2 = use_avx2();
-  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, rows, grain_rows(n), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       float* res = residual != nullptr ? residual + r * n : nullptr;
 #if defined(__x86_64__)
@@ -141,6 +206,69 @@ torch::Tensor add_rms_norm(const torch::Tensor& x, const torch::Tensor& residual
   return norm_rows(x.contiguous(), residual.data_ptr<float>(), weight, eps);
 }
 
+// silu(gate) * up for gate_up [..., 2n] holding gate then up: [..., n].
+torch::Tensor silu_and_mul(const torch::Tensor& gate_up) {
+  check_float(gate_up, "gate_up");
+  TORCH_CHECK(gate_up.size(-1) % 2 == 0, "gate_up: an even last size (gate then up)");
+  const torch::Tensor rows_in = gate_up.contiguous();
+  const int64_t n = gate_up.size(-1) / 2, rows = n > 0 ? gate_up.numel() / (2 * n) : 0;
+  std::vector<int64_t> shape = gate_up.sizes().vec();
+  shape.back() = n;
+  torch::Tensor out = torch::empty(shape, gate_up.options());
+  const float* in = rows_in.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  const bool avx2 = use_avx2();
+  at::parallel_for(0, rows, grain_rows(2 * n), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+#if defined(__x86_64__)
+      if (avx2) {
+        silu_mul_row_avx2(in + 2 * r * n, in + (2 * r + 1) * n, o + r * n, n);
+        continue;
+      }
+#endif
+      silu_mul_row_scalar(in + 2 * r * n, in + (2 * r + 1) * n, o + r * n, n);
+    }
+  });
+  return out;
+}
+
+// Rotates every head of qk [T, heads, dim] (any token and head strides, dim contiguous) in place, token t by the
+// row positions[t] of table [max_positions, dim] (the cos of its angles, then their sin).
+void rotate_(const torch::Tensor& qk, const torch::Tensor& positions, const torch::Tensor& table) {
+  check_float(qk, "qk");
+  check_float(table, "table");
+  TORCH_CHECK(qk.dim() == 3 && qk.stride(2) == 1 && qk.size(2) % 2 == 0,
+              "qk: [T, heads, dim], dim even and contiguous");
+  TORCH_CHECK(table.dim() == 2 && table.is_contiguous() && table.size(1) == qk.size(2),
+              "table: contiguous [max_positions, dim]");
+  TORCH_CHECK(positions.dtype() == torch::kInt64 && positions.dim() == 1 && positions.is_contiguous() &&
+                  positions.device().is_cpu() && positions.size(0) == qk.size(0),
+              "positions: contiguous int64 on the CPU, one per token");
+  const int64_t tokens = qk.size(0), heads = qk.size(1), dim = qk.size(2), half = dim / 2;
+  const int64_t* pos = positions.data_ptr<int64_t>();
+  for (int64_t t = 0; t < tokens; ++t)
+    TORCH_CHECK(pos[t] >= 0 && pos[t] < table.size(0), "position ", pos[t], " outside the table's ", table.size(0));
+  float* x = qk.data_ptr<float>();
+  const float* rows = table.data_ptr<float>();
+  const int64_t token_stride = qk.stride(0), head_stride = qk.stride(1);
+  const bool avx2 = use_avx2() && half % 8 == 0;
+  at::parallel_for(0, tokens, grain_rows(heads * dim), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* cos = rows + pos[t] * dim;
+      for (int64_t h = 0; h < heads; ++h) {
+        float* head = x + t * token_stride + h * head_stride;
+#if defined(__x86_64__)
+        if (avx2) {
+          rotate_head_avx2(head, cos, cos + half, half);
+          continue;
+        }
+#endif
+        rotate_head_scalar(head, cos, cos + half, half);
+      }
+    }
+  });
+}
+
 void set_scalar_only(bool value) { scalar_only.store(value); }
 
 }  // namespace
@@ -148,6 +276,8 @@ void set_scalar_only(bool value) { scalar_only.store(value); }
 TORCH_LIBRARY_FRAGMENT(tidegate, m) {
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor", &rms_norm);
   m.def("add_rms_norm(Tensor x, Tensor(a!) residual, Tensor weight, float eps) -> Tensor", &add_rms_norm);
+  m.def("silu_and_mul(Tensor gate_up) -> Tensor", &silu_and_mul);
+  m.def("rotate_(Tensor(a!) qk, Tensor positions, Tensor table) -> ()", &rotate_);
   m.def("elementwise_uses_avx2() -> bool", &use_avx2);
   m.def("elementwise_set_scalar_only(bool value) -> ()", &set_scalar_only);
 }

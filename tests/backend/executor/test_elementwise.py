@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from backend.executor import elementwise, elementwise_kernel
+from backend.executor import elementwise, elementwise_kernel, rotary
 from tests.backend.torch_threads import torch_threads
 
 
@@ -93,3 +93,63 @@ def test_cpp_norm_refuses_bad_inputs(change: Callable[..., tuple[torch.Tensor, .
     x, residual, weight = change(*cpp_inputs(3, 576))
     with pytest.raises(RuntimeError, match=message):
         elementwise_kernel.add_rms_norm(x, residual, weight, 1e-5)
+
+
+@pytest.mark.parametrize("hidden", HIDDEN)
+@pytest.mark.parametrize("rows", ROWS)
+def test_cpp_silu_and_mul_equals_torch_within_float32_rounding(rows: int, hidden: int, kernel_path: str) -> None:
+    gate_up = torch.randn(rows, 2 * hidden, generator=torch.Generator().manual_seed(rows)) * 4
+    gate_up[0, :4] = torch.tensor([-100.0, 100.0, 0.0, -0.0])  # exp's range ends and silu's zero
+    before = gate_up.clone()
+    with torch_threads(2):
+        got = elementwise_kernel.silu_and_mul(gate_up)
+    torch.testing.assert_close(got, elementwise.silu_and_mul(before), rtol=1e-6, atol=1e-6)
+    assert torch.equal(gate_up, before)
+
+
+# SmolLM2's heads (9 query, 3 key-value, 64 wide) and an odd shape whose half head (10) the AVX2 path leaves to
+# the scalar one.
+HEAD_SHAPES = [(9, 3, 64), (3, 1, 20)]
+
+
+@pytest.mark.parametrize("heads", HEAD_SHAPES, ids=["smollm2", "odd"])
+@pytest.mark.parametrize("tokens", ROWS)
+def test_cpp_rotation_gives_the_bits_of_the_torch_rotation_in_place(
+    tokens: int, heads: tuple[int, int, int], kernel_path: str
+) -> None:
+    q_heads, kv_heads, dim = heads
+    gen = torch.Generator().manual_seed(tokens)
+    table = rotary.build_cos_sin_cache(1.0 / 10000 ** (torch.arange(0, dim, 2).float() / dim), 512)
+    positions = torch.randint(0, 512, (tokens,), generator=gen)
+    # q|k as the model hands it over: a strided view of the fused q|k|v rows, whose v must stay untouched.
+    qkv = torch.randn(tokens, (q_heads + 2 * kv_heads) * dim, generator=gen)
+    qk = qkv[:, : (q_heads + kv_heads) * dim].view(tokens, -1, dim)
+    expected, v_before = rotary.rotate(positions, qk, q_heads, table), qkv[:, (q_heads + kv_heads) * dim :].clone()
+    with torch_threads(2):
+        q, k = elementwise_kernel.rotate(positions, qk, q_heads, table)
+    assert torch.equal(q, expected[0]) and torch.equal(k, expected[1])
+    assert q.data_ptr() == qk.data_ptr(), "rotated in place"
+    assert torch.equal(qkv[:, (q_heads + kv_heads) * dim :], v_before)
+
+
+@pytest.mark.skipif(not elementwise_kernel.available(), reason="the C++ kernel does not build here")
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: elementwise_kernel.silu_and_mul(torch.randn(2, 7)), "even"),
+        (lambda: elementwise_kernel.silu_and_mul(torch.randn(2, 8).double()), "float32"),
+        (lambda: elementwise_kernel.rotate(torch.tensor([512]), torch.randn(1, 2, 64), 1, torch.randn(512, 64)),
+         "position 512 outside"),
+        (lambda: elementwise_kernel.rotate(torch.tensor([-1]), torch.randn(1, 2, 64), 1, torch.randn(512, 64)),
+         "position -1 outside"),
+        (lambda: elementwise_kernel.rotate(torch.tensor([3], dtype=torch.int32), torch.randn(1, 2, 64), 1,
+                                           torch.randn(512, 64)), "int64"),
+        (lambda: elementwise_kernel.rotate(torch.tensor([3]), torch.randn(1, 2, 64), 1, torch.randn(512, 32)),
+         "table"),
+    ],
+    ids=["odd gate_up", "float64", "position past the table", "negative position", "int32 positions",
+         "narrow table"],
+)
+def test_cpp_silu_and_rotation_refuse_bad_inputs(call: Callable[[], object], message: str) -> None:
+    with pytest.raises(RuntimeError, match=message):
+        call()

@@ -41,19 +41,26 @@ class CountingAttention(TorchAttention):
 def test_cpu_gets_packed_matrices_and_cpp_row_ops_only_in_float32() -> None:
     fp32, bf16 = ops_for("cpu", torch.float32), ops_for("cpu", torch.bfloat16)
     for ops in (fp32, bf16):
-        assert isinstance(ops.attention, TorchAttention) and isinstance(ops.rotary, rotary.StepRotation)
+        assert isinstance(ops.attention, TorchAttention)
     assert bf16.linear is F.linear and bf16.pack is None
-    assert bf16.rms_norm is elementwise.rms_norm and bf16.add_rms_norm is elementwise.add_rms_norm
+    torch_rows = (elementwise.rms_norm, elementwise.add_rms_norm, elementwise.silu_and_mul)
+    assert (bf16.rms_norm, bf16.add_rms_norm, bf16.silu_and_mul) == torch_rows
+    assert isinstance(bf16.rotary, rotary.StepRotation)
     if cpu_linear.available():
         assert fp32.linear is cpu_linear.linear and fp32.pack is cpu_linear.pack
     if elementwise_kernel.available():
-        assert fp32.rms_norm is elementwise_kernel.rms_norm and fp32.add_rms_norm is elementwise_kernel.add_rms_norm
+        kernel = elementwise_kernel
+        assert (fp32.rms_norm, fp32.add_rms_norm, fp32.silu_and_mul, fp32.rotary) == (
+            kernel.rms_norm, kernel.add_rms_norm, kernel.silu_and_mul, kernel.rotate
+        )
 
 
 def test_each_model_has_its_own_attention_buffers_and_rotation_rows() -> None:
     # The torch backend keeps gather buffers and the step's rotation rows across calls: two models must not share them.
-    first, second = ops_for("cpu", torch.float32), ops_for("cpu", torch.float32)
-    assert first.attention is not second.attention and first.rotary is not second.rotary
+    for dtype in (torch.float32, torch.bfloat16):
+        first, second = ops_for("cpu", dtype), ops_for("cpu", dtype)
+        assert first.attention is not second.attention
+        assert first.rotary is not second.rotary or not isinstance(first.rotary, rotary.StepRotation)
 
 
 def test_the_runner_plans_attention_once_per_step(tiny_gguf: Path) -> None:
