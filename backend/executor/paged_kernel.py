@@ -1,5 +1,6 @@
 """The C++ decode attention (csrc/paged_attention.cpp), which reads each sequence's keys and values from the
-paged cache in place, through its block table, instead of gathering them into a buffer first.
+paged cache in place, through its block table, instead of gathering them into a buffer first; and the C++
+write of a step's new keys and values into that cache.
 
 It is built into the same extension as the block kernel (block_kernel.py) and registered as
 `torch.ops.tidegate.paged_attention`. It serves float32 caches on the CPU, for sequences with a few new tokens
@@ -64,6 +65,11 @@ def attend(
     torch.ops.tidegate.paged_attention(
         q, k_cache, v_cache, out, rows.starts, rows.q_lens, rows.context_lens, rows.block_tables, scale
     )
+
+
+def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor) -> None:
+    """Write the step's new keys and values `[T, kv_heads, head_dim]` into the caches at `slots` (-1: not written)."""
+    torch.ops.tidegate.write_kv(k, v, k_cache, v_cache, slots)
 
 
 def set_scalar_only(value: bool) -> None:

@@ -29,6 +29,7 @@ class TorchAttentionPlan:
     """What every layer of one step shares, computed once by `TorchAttention.plan`."""
 
     kernel: KernelRows | None  # the sequences the C++ kernel attends (then `decodes` is empty)
+    kernel_slots: torch.Tensor | None  # every row's cache slot (-1: padding) where the C++ kernel writes the cache
     decodes: list[_DecodeChunk]
     covers_all_rows: bool  # no padded rows, so the output needs no zero fill
     decode_only: bool  # one decode chunk holding every row in order: its result is the output as it is
@@ -74,6 +75,9 @@ class TorchAttention:
         v_cache: torch.Tensor,
         plan: TorchAttentionPlan,
     ) -> None:
+        if plan.kernel_slots is not None:
+            paged_kernel.write_kv(k, v, k_cache, v_cache, plan.kernel_slots)
+            return
         kvh, d = k_cache.shape[2], k_cache.shape[3]
         flat_k, flat_v = k_cache.view(-1, kvh, d), v_cache.view(-1, kvh, d)
         if plan.written_rows is not None:
@@ -184,11 +188,14 @@ def _make_plan(
         first = end
     covers_all_rows = starts[-1] == int(meta.slot_mapping.numel())
     decode_only = covers_all_rows and not prefills and len(decodes) == len(ctx_lens) and len(chunks) == 1
+    kernel_slots = meta.slot_mapping if kernel else None
     written = torch.nonzero(meta.slot_mapping >= 0).squeeze(1)
     if written.numel() == meta.slot_mapping.numel():
-        return TorchAttentionPlan(rows, chunks, covers_all_rows, decode_only, prefills, meta.slot_mapping, None)
+        return TorchAttentionPlan(
+            rows, kernel_slots, chunks, covers_all_rows, decode_only, prefills, meta.slot_mapping, None
+        )
     return TorchAttentionPlan(
-        rows, chunks, covers_all_rows, decode_only, prefills, meta.slot_mapping[written], written
+        rows, kernel_slots, chunks, covers_all_rows, decode_only, prefills, meta.slot_mapping[written], written
     )
 
 

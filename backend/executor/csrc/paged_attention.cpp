@@ -11,7 +11,11 @@
 // An AVX2+FMA path is chosen at run time for head_dim a multiple of 8; a scalar path runs elsewhere. Nothing
 // needs AVX-512.
 //
-// Registered as torch.ops.tidegate.paged_attention, because the extension's Python module is block_matmul.cpp's.
+// write_kv puts a step's new keys and values into the same cache, one call for both (torch takes two
+// index_copy_ calls and views).
+//
+// Registered as torch.ops.tidegate.paged_attention and .write_kv, because the extension's Python module is
+// block_matmul.cpp's.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -294,6 +298,36 @@ void paged_attention(const torch::Tensor& q, const torch::Tensor& k_cache, const
   for (int64_t i = 0; i < num_seqs; ++i) merge(query, seqs[i], items, first_item[i], first_item[i + 1], dim, scratch.data());
 }
 
+// k, v [T, kv_heads, dim] (any token and head strides, dim contiguous) into the caches at slots[t], that is
+// block * block_size + offset; a slot of -1 (a padded row) is not written.
+void write_kv(const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& k_cache,
+              const torch::Tensor& v_cache, const torch::Tensor& slots) {
+  for (const torch::Tensor* t : {&k, &v, &k_cache, &v_cache})
+    TORCH_CHECK(t->dtype() == torch::kFloat32 && t->device().is_cpu(), "k, v and caches: float32 on the CPU");
+  TORCH_CHECK(k_cache.dim() == 4 && v_cache.sizes() == k_cache.sizes() && k_cache.is_contiguous() &&
+                  v_cache.is_contiguous(), "caches: contiguous [blocks, block_size, kv_heads, dim]");
+  TORCH_CHECK(k.dim() == 3 && v.sizes() == k.sizes() && k.size(1) == k_cache.size(2) && k.size(2) == k_cache.size(3) &&
+                  k.stride(2) == 1 && v.stride(2) == 1, "k and v: [T, kv_heads, dim] as the cache's, dim contiguous");
+  TORCH_CHECK(slots.dtype() == torch::kInt64 && slots.dim() == 1 && slots.is_contiguous() && slots.device().is_cpu() &&
+                  slots.size(0) == k.size(0), "slots: contiguous int64 on the CPU, one per row");
+  const int64_t rows = k.size(0), heads = k.size(1), dim = k.size(2), capacity = k_cache.size(0) * k_cache.size(1);
+  const int64_t* slot = slots.data_ptr<int64_t>();
+  for (int64_t t = 0; t < rows; ++t)
+    TORCH_CHECK(slot[t] >= -1 && slot[t] < capacity, "slot ", slot[t], " outside the cache's ", capacity);
+  const float* ks = k.data_ptr<float>();
+  const float* vs = v.data_ptr<float>();
+  float* kc = k_cache.data_ptr<float>();
+  float* vc = v_cache.data_ptr<float>();
+  for (int64_t t = 0; t < rows; ++t) {
+    if (slot[t] < 0) continue;
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t to = (slot[t] * heads + h) * dim;
+      std::copy_n(ks + t * k.stride(0) + h * k.stride(1), dim, kc + to);
+      std::copy_n(vs + t * v.stride(0) + h * v.stride(1), dim, vc + to);
+    }
+  }
+}
+
 void set_scalar_only(bool value) { scalar_only.store(value); }
 
 }  // namespace
@@ -301,6 +335,7 @@ void set_scalar_only(bool value) { scalar_only.store(value); }
 TORCH_LIBRARY(tidegate, m) {
   m.def("paged_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor(a!) out, Tensor starts, Tensor q_lens, "
         "Tensor context_lens, Tensor block_tables, float scale) -> ()", &paged_attention);
+  m.def("write_kv(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slots) -> ()", &write_kv);
   m.def("paged_attention_uses_avx2() -> bool", &use_avx2);
   m.def("paged_attention_set_scalar_only(bool value) -> ()", &set_scalar_only);
 }

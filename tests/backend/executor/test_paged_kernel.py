@@ -109,3 +109,20 @@ def test_inconsistent_inputs_raise_instead_of_reading_out_of_bounds(
     change(args)
     with pytest.raises(RuntimeError, match=message):
         torch.ops.tidegate.paged_attention(*args.values(), 0.125)
+
+
+def test_write_kv_puts_each_row_at_its_slot_and_skips_padded_rows() -> None:
+    # k and v as the model hands them over: strided views of one step's fused rows.
+    kv = torch.randn(5, 2, 3, 8, generator=torch.Generator().manual_seed(0))
+    k, v = kv[:, 0], kv[:, 1]
+    slots = torch.tensor([7, -1, 0, 23, 12])
+    k_cache, v_cache = torch.zeros(2, 6, 4, 3, 8)
+    paged_kernel.write_kv(k, v, k_cache, v_cache, slots)
+    written = slots >= 0
+    expected_k, expected_v = torch.zeros(2, 24, 3, 8)
+    expected_k.index_copy_(0, slots[written], k[written])
+    expected_v.index_copy_(0, slots[written], v[written])
+    assert torch.equal(k_cache.view(24, 3, 8), expected_k) and torch.equal(v_cache.view(24, 3, 8), expected_v)
+    for bad, message in ((torch.tensor([0, 0, 0, 0, 24]), "slot 24 outside"), (slots.int(), "int64")):
+        with pytest.raises(RuntimeError, match=message):
+            paged_kernel.write_kv(k, v, k_cache, v_cache, bad)
