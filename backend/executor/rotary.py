@@ -84,8 +84,8 @@ def rotate_with(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`rotate` with the factors `rotation_rows` gathered: `x1*cos - x2*sin | x2*cos + x1*sin`, bit for bit."""
     cos, signed_sin = rows
-    t, heads, d = qk.shape
-    swapped = qk.view(t, heads, 2, d // 2).flip(2).view(t, heads, d)
+    d = qk.shape[-1]
+    swapped = qk.roll(d // 2, dims=-1)  # the halves swapped: a new tensor, so the product below may be in place
     # Not addcmul_: it fuses the multiply and the add, which rounds differently from the reference.
     rotated = torch.mul(qk, cos).add_(swapped.mul_(signed_sin))
     return rotated[:, :num_q_heads], rotated[:, num_q_heads:]
