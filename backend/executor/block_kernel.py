@@ -1,6 +1,7 @@
 """Building and loading tidegate's C++ extension for the CPU: the kernel that multiplies with GGML's blocks
-(csrc/block_matmul.cpp, its GEMM path csrc/block_gemm.cpp, its 8-bit decode path csrc/block_int8_dot.cpp) and
-the decode attention that reads the paged KV cache in place (csrc/paged_attention.cpp).
+(csrc/block_matmul.cpp, its GEMM path csrc/block_gemm.cpp, its integer decode path
+csrc/block_integer_dot.cpp) and the decode attention that reads the paged KV cache in place
+(csrc/paged_attention.cpp).
 
 It is compiled once per machine with torch's extension tooling (ninja and a C++ compiler) into
 `~/.cache/tidegate/kernels/<torch version>-<source hash>/` (or `$TIDEGATE_KERNEL_DIR`), and loaded from there
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 
 NAME = "tidegate_block_matmul"
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = [CSRC / name for name in ("block_matmul.cpp", "block_gemm.cpp", "block_int8_dot.cpp", "paged_attention.cpp")]
+SOURCES = [CSRC / name for name in ("block_matmul.cpp", "block_gemm.cpp", "block_integer_dot.cpp", "paged_attention.cpp")]
 _FLAGS = ["-O3", "-std=c++17", "-fopenmp"]  # without -fopenmp at::parallel_for runs serially
 BUILD_SECONDS = 150  # both sources, measured on 2 cores (about 120 s idle, up to 225 s busy); the log line tells users what the first start costs
 

@@ -11,8 +11,9 @@ time per step (all threads), and the process's resident memory after loading eve
 times only the matrix products of one step instead: the four matrices of each of the 30 layers of
 SmolLM2-135M's shapes (distinct Q4_1 weights per layer; with `--head` also its 49152 x 576 Q8_0 vocabulary
 head), in each form: float32 through oneDNN, torch's int4 pack (bfloat16 activations), the block kernel with
-float32 activations (`exact`), the block kernel with activations quantized to 8 bits (`int8`: 1 to 8 rows; more
-rows take the exact path), and dequantize + GEMM; `exact/int8` is the ratio of the two kernel columns.
+float32 activations (`exact`), the block kernel with activations quantized to 16 or 8 bits for integer dot
+products (`int16`, `int8`: 1 to 8 rows; more rows take the exact path), and dequantize + GEMM; the last columns
+are the exact kernel's time over each integer one's.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from gguf import GGMLQuantizationType
 from gguf.quants import quantize
 
 from backend.executor import block_kernel, cpu_linear
-from backend.executor.block_linear import KINDS, BlockWeight, from_blocks
+from backend.executor.block_linear import ACTIVATION_BITS, KINDS, BlockWeight, from_blocks
 from backend.executor.quant_blocks import BlockQuantized
 from backend.executor.quantized_linear import quantize_int4
 from backend.loading.loader import load_model
@@ -45,9 +46,9 @@ def _packed_product(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
     return cpu_linear.linear(x, packed)
 
 
-def _kernel_product(x: torch.Tensor, weight: BlockWeight, int8_activations: bool) -> torch.Tensor:
-    kind = KINDS[weight.kind]
-    out: torch.Tensor = weight.kernel.linear(x, weight.quants, weight.scales, weight.mins, kind, int8_activations)
+def _kernel_product(x: torch.Tensor, weight: BlockWeight, activations: str) -> torch.Tensor:
+    bits, kind = ACTIVATION_BITS[activations], KINDS[weight.kind]
+    out: torch.Tensor = weight.kernel.linear(x, weight.quants, weight.scales, weight.mins, kind, bits)
     return out
 
 
@@ -62,7 +63,7 @@ def _forms(head: bool) -> tuple[list[tuple[int, int]], dict[str, list[Callable[[
     kernel = block_kernel.load()
     forms: dict[str, list[Callable[[torch.Tensor], torch.Tensor]]] = {"float32": [], "int4pack": []}
     if kernel is not None:
-        forms |= {"exact": [], "int8": [], "dequant+gemm": []}
+        forms |= {"exact": [], "int16": [], "int8": [], "dequant+gemm": []}
     shapes = [(shape, "Q4_1") for _ in range(_LAYERS) for shape in _SHAPES] + ([(_HEAD, "Q8_0")] if head else [])
     gen = torch.Generator().manual_seed(0)
     for (out, inp), kind in shapes:
@@ -74,18 +75,19 @@ def _forms(head: bool) -> tuple[list[tuple[int, int]], dict[str, list[Callable[[
         forms["int4pack"].append(quantize_int4(blocks).linear)
         if kernel is not None:
             weight = from_blocks(blocks, kernel)
-            forms["exact"].append(functools.partial(_kernel_product, weight=weight, int8_activations=False))
-            forms["int8"].append(functools.partial(_kernel_product, weight=weight, int8_activations=True))
+            for name, activations in (("exact", "float32"), ("int16", "int16"), ("int8", "int8")):
+                forms[name].append(functools.partial(_kernel_product, weight=weight, activations=activations))
             forms["dequant+gemm"].append(functools.partial(_dequantized_product, weight=weight))
     return [shape for shape, _ in shapes], forms
 
 
 def products(rows: list[int], threads: list[int], repeats: int, head: bool) -> None:
     shapes, forms = _forms(head)
-    ratio = "exact" in forms
+    ratios = ["int16", "int8"] if "exact" in forms else []
     print(f"ms for all products of one step ({_LAYERS} layers, head {'included' if head else 'excluded'}), "
           f"median of {repeats}")
-    print(f"{'threads':>7}{'rows':>6}" + "".join(f"{name:>14}" for name in forms) + (f"{'exact/int8':>12}" if ratio else ""))
+    print(f"{'threads':>7}{'rows':>6}" + "".join(f"{name:>14}" for name in forms)
+          + "".join(f"{'exact/' + name:>13}" for name in ratios))
     for n in threads:
         torch.set_num_threads(n)
         for r in rows:
@@ -100,7 +102,7 @@ def products(rows: list[int], threads: list[int], repeats: int, head: bool) -> N
                     samples[name].append(time.perf_counter() - started)
             timings = {name: 1000 * statistics.median(times) for name, times in samples.items()}
             line = f"{n:>7}{r:>6}" + "".join(f"{t:>14.1f}" for t in timings.values())
-            print(line + (f"{timings['exact'] / timings['int8']:>12.2f}" if ratio else ""))
+            print(line + "".join(f"{timings['exact'] / timings[name]:>13.2f}" for name in ratios))
 
 
 def main() -> None:

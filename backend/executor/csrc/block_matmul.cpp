@@ -136,14 +136,15 @@ Matrix matrix_of(const torch::Tensor& quants, const torch::Tensor& scales, const
 // The grain keeps each task a few hundred microseconds of work at least: small matrices stay on one thread.
 int64_t grain_for(int64_t in, int64_t rows) { return std::max<int64_t>(1, 65536 / (in * std::max<int64_t>(rows, 1))); }
 
-// The rows quantized to 8 bits, into scratch kept per calling thread (a decode step makes a hundred products).
-Int8Rows quantize_rows(const float* x, int64_t rows, int64_t in, bool avx2) {
-  thread_local std::vector<int8_t> q;
+// The rows quantized to T, into scratch kept per calling thread (a decode step makes a hundred products).
+template <typename T>
+QuantizedRows<T> quantize_rows(const float* x, int64_t rows, int64_t in, bool avx2) {
+  thread_local std::vector<T> q;
   thread_local std::vector<float> d, s;
   q.resize(rows * in);
   d.resize(rows * in / kBlock);
   s.resize(rows * in / kBlock);
-  const Int8Rows out{q.data(), d.data(), s.data()};
+  const QuantizedRows<T> out{q.data(), d.data(), s.data()};
 #if defined(__x86_64__)
   if (avx2) {
     quantize_rows_avx2(x, rows, in, out);
@@ -154,20 +155,25 @@ Int8Rows quantize_rows(const float* x, int64_t rows, int64_t in, bool avx2) {
   return out;
 }
 
-// Threads split the output rows (few activation rows) or the panels of kPanel output rows (many). With
-// `int8_activations`, 1 to kFewRows rows are quantized once and multiplied in integer dot products
-// (block_int8_dot.cpp); more rows always take the float32 paths.
-void multiply(const Matrix& w, const float* x, int64_t rows, float* y, int64_t out_features, bool int8_activations) {
-  const bool avx2 = use_avx2();
-  if (int8_activations && rows >= 1 && rows <= kFewRows) {
-    const Int8Rows xq = quantize_rows(x, rows, w.in, avx2);
-    at::parallel_for(0, out_features, grain_for(w.in, rows), [&](int64_t begin, int64_t end) {
+template <typename T>
+void multiply_integer(const Matrix& w, const float* x, int64_t rows, float* y, int64_t out_features, bool avx2) {
+  const QuantizedRows<T> xq = quantize_rows<T>(x, rows, w.in, avx2);
+  at::parallel_for(0, out_features, grain_for(w.in, rows), [&](int64_t begin, int64_t end) {
 #if defined(__x86_64__)
-      if (avx2) return int8_rows_avx2(w, xq, rows, y, out_features, begin, end);
+    if (avx2) return integer_rows_avx2(w, xq, rows, y, out_features, begin, end);
 #endif
-      int8_rows_scalar(w, xq, rows, y, out_features, begin, end);
-    });
-    return;
+    integer_rows_scalar(w, xq, rows, y, out_features, begin, end);
+  });
+}
+
+// Threads split the output rows (few activation rows) or the panels of kPanel output rows (many). With
+// `activation_bits` 8 or 16, 1 to kFewRows rows are quantized once and multiplied in integer dot products
+// (block_integer_dot.cpp); 32 (float32, exact) and more rows take the float32 paths.
+void multiply(const Matrix& w, const float* x, int64_t rows, float* y, int64_t out_features, int64_t activation_bits) {
+  const bool avx2 = use_avx2();
+  if (activation_bits != 32 && rows >= 1 && rows <= kFewRows) {
+    if (activation_bits == 8) return multiply_integer<int8_t>(w, x, rows, y, out_features, avx2);
+    return multiply_integer<int16_t>(w, x, rows, y, out_features, avx2);
   }
 #if defined(__x86_64__)
   if (avx2 && rows >= kManyRows) {
@@ -187,29 +193,37 @@ void multiply(const Matrix& w, const float* x, int64_t rows, float* y, int64_t o
 }
 
 torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& quants, const torch::Tensor& scales,
-                           const c10::optional<torch::Tensor>& mins, int64_t kind, bool int8_activations) {
+                           const c10::optional<torch::Tensor>& mins, int64_t kind, int64_t activation_bits) {
   const Matrix w = matrix_of(quants, scales, mins, kind);
   TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2 && x.size(1) == w.in, "x: float32 [rows, in]");
+  TORCH_CHECK(activation_bits == 8 || activation_bits == 16 || activation_bits == 32, "activation bits: 8, 16 or 32");
   const torch::Tensor xc = x.contiguous();
   const int64_t rows = xc.size(0), out_features = quants.size(0);
   torch::Tensor y = torch::empty({rows, out_features}, xc.options());
-  multiply(w, xc.data_ptr<float>(), rows, y.data_ptr<float>(), out_features, int8_activations);
+  multiply(w, xc.data_ptr<float>(), rows, y.data_ptr<float>(), out_features, activation_bits);
   return y;
 }
 
-// The rows of x as the 8-bit path quantizes them: values int8 [rows, in], scales and scale * sum [rows, in / 32].
-std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> quantize_activations(const torch::Tensor& x) {
-  TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2 && x.size(1) % kBlock == 0, "x: float32 [rows, 32 k]");
-  const torch::Tensor xc = x.contiguous();
-  const int64_t rows = xc.size(0), in = xc.size(1);
-  const Int8Rows quantized = quantize_rows(xc.data_ptr<float>(), rows, in, use_avx2());
-  torch::Tensor q = torch::empty({rows, in}, torch::TensorOptions().dtype(torch::kInt8));
+// The rows of x as the integer path quantizes them: values [rows, in] (int8 or int16), and per 32 values
+// the scale and scale * sum [rows, in / 32].
+template <typename T>
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> quantized_tensors(const torch::Tensor& x, c10::ScalarType type) {
+  const int64_t rows = x.size(0), in = x.size(1);
+  const QuantizedRows<T> quantized = quantize_rows<T>(x.data_ptr<float>(), rows, in, use_avx2());
+  torch::Tensor q = torch::empty({rows, in}, torch::TensorOptions().dtype(type));
   torch::Tensor d = torch::empty({rows, in / kBlock}, torch::TensorOptions().dtype(torch::kFloat32));
   torch::Tensor s = torch::empty_like(d);
-  std::copy(quantized.q, quantized.q + q.numel(), q.data_ptr<int8_t>());
+  std::copy(quantized.q, quantized.q + q.numel(), q.data_ptr<T>());
   std::copy(quantized.d, quantized.d + d.numel(), d.data_ptr<float>());
   std::copy(quantized.s, quantized.s + s.numel(), s.data_ptr<float>());
   return {q, d, s};
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> quantize_activations(const torch::Tensor& x, int64_t bits) {
+  TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2 && x.size(1) % kBlock == 0, "x: float32 [rows, 32 k]");
+  TORCH_CHECK(bits == 8 || bits == 16, "activation bits: 8 or 16");
+  const torch::Tensor xc = x.contiguous();
+  return bits == 8 ? quantized_tensors<int8_t>(xc, torch::kInt8) : quantized_tensors<int16_t>(xc, torch::kInt16);
 }
 
 // Output rows [begin, end) of the weight as float32 [end - begin, in], the file's values exactly.
@@ -233,8 +247,8 @@ torch::Tensor dequantize(const torch::Tensor& quants, const torch::Tensor& scale
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("linear", &block_linear, "y = x @ W.T for a weight in GGML blocks (1-8 rows: 8-bit activations if asked)");
-  m.def("quantize_activations", &quantize_activations, "rows as the 8-bit path quantizes them (tests)");
+  m.def("linear", &block_linear, "y = x @ W.T for a weight in GGML blocks (1-8 rows: 8- or 16-bit activations if asked)");
+  m.def("quantize_activations", &quantize_activations, "rows as the integer path quantizes them (tests)");
   m.def("dequantize", &dequantize, "rows of a weight in GGML blocks as float32");
   m.def("uses_avx2", &use_avx2, "whether the AVX2+FMA+F16C path runs on this CPU");
   m.def("set_scalar_only", &set_scalar_only, "run the portable path even where AVX2 is there (tests)");

@@ -43,7 +43,7 @@ def _blocks(kind: str, rows: int = 77, cols: int = 96, seed: int = 0) -> tuple[B
 
 def _exact(blocks: BlockQuantized) -> BlockWeight:
     assert kernel is not None
-    return from_blocks(blocks, kernel, int8_activations=False)
+    return from_blocks(blocks, kernel, "float32")
 
 
 def _assert_matches(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
@@ -112,19 +112,24 @@ def test_a_long_prefill_chunk_keeps_its_shape_and_bias() -> None:
     _assert_matches((out - bias).reshape(-1, 300), x.reshape(-1, 64), reference)
 
 
-def _quantized_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """llama.cpp's quantize_row_q8_1 in torch: per 32 values a scale max|x| / 127 and round(x / scale), to
-    nearest even (an all-zero block: scale 0, values 0)."""
-    blocks = x.view(x.shape[0], -1, 32)
+INTEGER = ["int8", "int16"]
+LEVELS = {"int8": 127, "int16": 32767}  # the largest |q| of a block
+
+
+def _quantized_rows(x: torch.Tensor, activations: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """llama.cpp's quantize_row_q8_1 in torch, for L = 127 (int8) or 32767 (int16): per 32 values a scale
+    max|x| / L and round(x / scale), to nearest even (an all-zero block: scale 0, values 0)."""
+    levels, blocks = LEVELS[activations], x.view(x.shape[0], -1, 32)
     amax = blocks.abs().amax(-1)
-    inverse = torch.where(amax > 0, torch.full_like(amax, 127.0) / amax, 0.0)  # 127 / amax, as the kernel divides
-    return torch.round(blocks * inverse.unsqueeze(-1)).to(torch.int8).view_as(x), amax / 127
+    inverse = torch.where(amax > 0, torch.full_like(amax, levels) / amax, 0.0)  # L / amax, as the kernel divides
+    q = torch.round(blocks * inverse.unsqueeze(-1)).to(getattr(torch, activations)).view_as(x)
+    return q, amax / levels
 
 
-def _integer_product(x: torch.Tensor, blocks: BlockQuantized) -> tuple[torch.Tensor, torch.Tensor]:
-    """The 8-bit product in float64 from exact integer dot products per block, and the sum of the magnitudes of
-    its terms (what float32 rounding scales with)."""
-    q, dx = _quantized_rows(x)
+def _integer_product(x: torch.Tensor, blocks: BlockQuantized, activations: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The product in float64 from exact integer dot products per block, and the sum of the magnitudes of its
+    terms (what float32 rounding scales with)."""
+    q, dx = _quantized_rows(x, activations)
     wq, dw, mw = blocks.quants()
     wq = wq - 8 if blocks.kind == "Q4_0" else wq
     (rows, cols), out = x.shape, blocks.shape[0]
@@ -139,75 +144,86 @@ def _integer_product(x: torch.Tensor, blocks: BlockQuantized) -> tuple[torch.Ten
     return value, bound
 
 
-def _assert_integer_product(out: torch.Tensor, x: torch.Tensor, blocks: BlockQuantized) -> None:
-    value, bound = _integer_product(x, blocks)
+def _assert_integer_product(out: torch.Tensor, x: torch.Tensor, blocks: BlockQuantized, activations: str) -> None:
+    value, bound = _integer_product(x, blocks, activations)
     assert out.shape == value.shape and not out.isnan().any()
     assert bool(((out.double() - value).abs() <= 1e-5 * bound).all())
 
 
-@needs_kernel
-def test_activations_quantize_as_llama_cpp_does_on_both_paths(path: str) -> None:
-    """The same int8 values and scales from the AVX2 and the scalar path: ties round to even, a zero block to 0."""
+def _integer(blocks: BlockQuantized, activations: str) -> BlockWeight:
     assert kernel is not None
+    return from_blocks(blocks, kernel, activations)
+
+
+@needs_kernel
+@pytest.mark.parametrize("activations", INTEGER)
+def test_activations_quantize_as_llama_cpp_does_on_both_paths(activations: str, path: str) -> None:
+    """The same integers and scales from the AVX2 and the scalar path: ties round to even, a zero block to 0."""
+    assert kernel is not None
+    levels = LEVELS[activations]
     x = torch.randn(5, 288, generator=torch.Generator().manual_seed(5))
-    x[1, :32] = torch.tensor([127.0, 0.5, 1.5, 2.5, -0.5, -1.5] + [0.0] * 26)  # scale 1: x / scale ties exactly
+    x[1, :32] = torch.tensor([levels, 0.5, 1.5, 2.5, -0.5, -1.5] + [0.0] * 26)  # scale 1: x / scale ties exactly
     x[2] = 0.0
     x[3, 64:96] = 0.0
-    q, d, s = kernel.quantize_activations(x)
-    expected_q, expected_d = _quantized_rows(x)
+    q, d, s = kernel.quantize_activations(x, int(activations[3:]))
+    expected_q, expected_d = _quantized_rows(x, activations)
     assert torch.equal(q, expected_q) and torch.equal(d, expected_d)
-    assert q[1, :6].tolist() == [127, 0, 2, 2, 0, -2]
+    assert q[1, :6].tolist() == [levels, 0, 2, 2, 0, -2]
     assert torch.equal(s, d * q.view(5, -1, 32).sum(-1).float())
 
 
 @needs_kernel
+@pytest.mark.parametrize("activations", INTEGER)
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize(("rows", "cols"), [(1, 1056), (2, 96), (3, 288), (5, 1056), (8, 288)])
-def test_int8_products_equal_integer_dot_products(kind: str, rows: int, cols: int, path: str) -> None:
+def test_integer_products_equal_exact_integer_dot_products(
+    kind: str, rows: int, cols: int, activations: str, path: str
+) -> None:
     """Odd shapes: 3 blocks (all tail), 9 and 33 (past a chunk of 32) blocks a row, 77 output rows."""
     blocks, _ = _blocks(kind, cols=cols, seed=rows)
-    assert kernel is not None
     x = torch.randn(rows, cols, generator=torch.Generator().manual_seed(rows))
-    _assert_integer_product(from_blocks(blocks, kernel, int8_activations=True).linear(x), x, blocks)
+    _assert_integer_product(_integer(blocks, activations).linear(x), x, blocks, activations)
 
 
 @needs_kernel
+@pytest.mark.parametrize("activations", INTEGER)
 @pytest.mark.parametrize("kind", KINDS)
-def test_int8_products_split_over_threads_equal_integer_dot_products(kind: str, path: str, two_threads: None) -> None:
+def test_integer_products_split_over_threads_equal_exact_integer_dot_products(
+    kind: str, activations: str, path: str, two_threads: None
+) -> None:
     blocks, _ = _blocks(kind, rows=1000, cols=256, seed=4)
-    assert kernel is not None
     x = torch.randn(4, 256, generator=torch.Generator().manual_seed(4))
-    _assert_integer_product(from_blocks(blocks, kernel, int8_activations=True).linear(x), x, blocks)
+    _assert_integer_product(_integer(blocks, activations).linear(x), x, blocks, activations)
 
 
 @needs_kernel
+@pytest.mark.parametrize("activations", INTEGER)
 @pytest.mark.parametrize("kind", KINDS)
-def test_zero_activations_give_zeros_not_nan(kind: str, path: str) -> None:
+def test_zero_activations_give_zeros_not_nan(kind: str, activations: str, path: str) -> None:
     blocks, _ = _blocks(kind)
-    assert kernel is not None
-    weight = from_blocks(blocks, kernel, int8_activations=True)
+    weight = _integer(blocks, activations)
     x = torch.randn(3, 96, generator=torch.Generator().manual_seed(3))
     x[0] = 0.0
     x[1, 32:64] = 0.0  # one block of scale 0 among others
     out = weight.linear(x)
     assert torch.equal(out[0], torch.zeros(77)) and not out.isnan().any()
-    _assert_integer_product(out, x, blocks)
+    _assert_integer_product(out, x, blocks, activations)
     assert weight.linear(torch.zeros(0, 96)).shape == (0, 77)
 
 
 @needs_kernel
+@pytest.mark.parametrize(("activations", "tolerance"), [("int8", 1e-2), ("int16", 1e-4)])
 @pytest.mark.parametrize("kind", KINDS)
-def test_int8_products_stay_within_one_percent_of_the_exact_product(kind: str) -> None:
-    """Rounding each activation to 8 bits of its block's largest costs about 0.5% (norm) on normal activations."""
+def test_integer_products_stay_close_to_the_exact_product(kind: str, activations: str, tolerance: float) -> None:
+    """Rounding each activation to 8 bits of its block's largest costs about 0.5% (norm) on normal activations,
+    to 16 bits about 0.002%; from 9 rows on every product is the exact one."""
     blocks, _ = _blocks(kind, cols=576)
-    assert kernel is not None
-    x = torch.randn(8, 576, generator=torch.Generator().manual_seed(8))
-    exact = _exact(blocks).linear(x)
+    x = torch.randn(9, 576, generator=torch.Generator().manual_seed(8))
+    exact, integer = _exact(blocks), _integer(blocks, activations)
     for rows in (1, 8):
-        int8 = from_blocks(blocks, kernel, int8_activations=True).linear(x[:rows])
-        assert float((int8 - exact[:rows]).norm() / exact[:rows].norm()) < 1e-2
-    assert torch.equal(from_blocks(blocks, kernel, int8_activations=True).linear(x[:1].expand(9, -1))[:1],
-                       _exact(blocks).linear(x[:1].expand(9, -1))[:1]), "from 9 rows on the product is exact"
+        reference = exact.linear(x[:rows])
+        assert float((integer.linear(x[:rows]) - reference).norm() / reference.norm()) < tolerance
+    assert torch.equal(integer.linear(x), exact.linear(x))
 
 
 @needs_kernel
