@@ -6,7 +6,7 @@ Each mode's model decodes one token at a time after the same prompt; rounds of 8
 modes so that load from other work falls on all alike. Reports median and p90 wall time per step, median CPU
 time per step (all threads), and the process's resident memory after loading every mode.
 
-    .venv/bin/python -m bench.experiments.quantized_decode --products --rows 1,2,4,8 --threads 1,2 [--head]
+    .venv/bin/python -m bench.experiments.quantized_decode --products --rows 1,2,4,8 --threads 1,2 [--head] [--cpu]
 
 times only the matrix products of one step instead: the four matrices of each of the 30 layers of
 SmolLM2-135M's shapes (distinct Q4_1 weights per layer; with `--head` also its 49152 x 576 Q8_0 vocabulary
@@ -81,11 +81,12 @@ def _forms(head: bool) -> tuple[list[tuple[int, int]], dict[str, list[Callable[[
     return [shape for shape, _ in shapes], forms
 
 
-def products(rows: list[int], threads: list[int], repeats: int, head: bool) -> None:
+def products(rows: list[int], threads: list[int], repeats: int, head: bool, cpu: bool) -> None:
     shapes, forms = _forms(head)
+    clock = time.process_time if cpu else time.perf_counter
     ratios = ["int16", "int8"] if "exact" in forms else []
-    print(f"ms for all products of one step ({_LAYERS} layers, head {'included' if head else 'excluded'}), "
-          f"median of {repeats}")
+    print(f"{'CPU' if cpu else 'wall'} ms for all products of one step ({_LAYERS} layers, head "
+          f"{'included' if head else 'excluded'}), median of {repeats}")
     print(f"{'threads':>7}{'rows':>6}" + "".join(f"{name:>14}" for name in forms)
           + "".join(f"{'exact/' + name:>13}" for name in ratios))
     for n in threads:
@@ -96,10 +97,10 @@ def products(rows: list[int], threads: list[int], repeats: int, head: bool) -> N
             samples: dict[str, list[float]] = {name: [] for name in forms}
             for _ in range(repeats):  # the forms interleaved, so that load from other work falls on all alike
                 for name, products in forms.items():
-                    started = time.perf_counter()
+                    started = clock()
                     for product, rows_in in zip(products, inputs, strict=True):
                         product(rows_in)
-                    samples[name].append(time.perf_counter() - started)
+                    samples[name].append(clock() - started)
             timings = {name: 1000 * statistics.median(times) for name, times in samples.items()}
             line = f"{n:>7}{r:>6}" + "".join(f"{t:>14.1f}" for t in timings.values())
             print(line + "".join(f"{timings['exact'] / timings[name]:>13.2f}" for name in ratios))
@@ -111,6 +112,8 @@ def main() -> None:
     parser.add_argument("--rows", default="1,8,32,128", help="with --products: activation rows")
     parser.add_argument("--repeats", type=int, default=5, help="with --products: timed steps per cell")
     parser.add_argument("--head", action="store_true", help="with --products: include the vocabulary head")
+    parser.add_argument("--cpu", action="store_true",
+                        help="with --products: process CPU time (steadier on a shared machine) instead of wall time")
     parser.add_argument("--modes", default="none,auto")
     parser.add_argument("--context", type=int, default=256, help="prompt length before decoding")
     parser.add_argument("--steps", type=int, default=64, help="decode steps per mode, in rounds of 8")
@@ -119,7 +122,7 @@ def main() -> None:
     args = parser.parse_args()
     threads = [int(n) for n in args.threads.split(",")]
     if args.products:
-        products([int(r) for r in args.rows.split(",")], threads, args.repeats, args.head)
+        products([int(r) for r in args.rows.split(",")], threads, args.repeats, args.head, args.cpu)
         return
     torch.set_num_threads(threads[0])
     path = resolve(args.model)
