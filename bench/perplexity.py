@@ -4,9 +4,10 @@
 
 The text (bench/data/perplexity.txt, about 800 tokens) is public domain: the Gettysburg Address, the opening
 of the Declaration of Independence, the Preamble and the First Amendment of the US Constitution. It is scored
-in one sequence, in chunks of 128 tokens over a paged cache, as the engine would prefill it. Then twelve varied
-prompts are decoded greedily for 48 tokens by an engine in each mode; the report counts how many outputs of
-each mode equal those of `none`.
+in one sequence over a paged cache twice: in chunks of 128 tokens, as the engine prefills it, and one token a
+step, as decode steps run (the block kernel multiplies 1 to 8 rows otherwise than more: engine.md). Then twelve
+varied prompts are decoded greedily for 48 tokens by an engine in each mode, one prompt at a time as at one
+stream; the report counts how many outputs of each mode equal those of `none`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from backend.loading.loader import LoadedModel, load_model
 from backend.loading.model_cache import resolve
 
 TEXT = Path(__file__).parent / "data" / "perplexity.txt"
-CHUNK = 128
+CHUNKS = {"prefill": 128, "decode": 1}  # tokens a forward pass scores
 BLOCK = 16
 GREEDY_TOKENS = 48
 PROMPTS = [
@@ -46,31 +47,32 @@ PROMPTS = [
 ]
 
 
-def perplexity(model: LlamaModel, ids: list[int]) -> float:
-    """exp(mean negative log-likelihood) of each token after the first, given all tokens before it."""
+def perplexity(model: LlamaModel, ids: list[int], chunk: int) -> float:
+    """exp(mean negative log-likelihood) of each token after the first, given all tokens before it, scored
+    `chunk` tokens a forward pass."""
     cfg = model.config
     blocks = -(-len(ids) // BLOCK)
     shape = (blocks, BLOCK, cfg.num_kv_heads, cfg.head_dim)
     caches = [(torch.zeros(shape, dtype=model.dtype), torch.zeros(shape, dtype=model.dtype)) for _ in range(cfg.num_layers)]
     table = torch.arange(blocks, dtype=torch.int32).view(1, blocks)
     nll, count = 0.0, 0
-    for start in range(0, len(ids) - 1, CHUNK):
-        chunk = ids[start : min(start + CHUNK, len(ids) - 1)]
-        end = start + len(chunk)
+    for start in range(0, len(ids) - 1, chunk):
+        tokens = ids[start : min(start + chunk, len(ids) - 1)]
+        end = start + len(tokens)
         meta = AttentionMetadata(
-            query_start_loc=torch.tensor([0, len(chunk)], dtype=torch.int32),
+            query_start_loc=torch.tensor([0, len(tokens)], dtype=torch.int32),
             context_lens=torch.tensor([end], dtype=torch.int32),
             block_tables=table,
             slot_mapping=torch.arange(start, end),  # blocks in order: a position is its slot
-            max_query_len=len(chunk),
+            max_query_len=len(tokens),
             max_context_len=end,
         )
         plan = model.ops.attention.plan(meta, BLOCK, model.dtype)
-        hidden = model(torch.tensor(chunk), torch.arange(start, end), caches, plan)
+        hidden = model(torch.tensor(tokens), torch.arange(start, end), caches, plan)
         logprobs = torch.log_softmax(model.compute_logits(hidden), dim=-1)
         targets = torch.tensor(ids[start + 1 : end + 1])
         nll -= float(logprobs.gather(1, targets.unsqueeze(1)).sum())
-        count += len(chunk)
+        count += len(tokens)
     return math.exp(nll / count)
 
 
@@ -78,7 +80,7 @@ def greedy_outputs(loaded: LoadedModel, model_path: Path) -> list[list[int]]:
     tok = loaded.tokenizer
     prompts = [tok.encode(p) for p in PROMPTS]
     params = SamplingParams(max_tokens=GREEDY_TOKENS, min_tokens=GREEDY_TOKENS, temperature=0.0)
-    engine = Engine(EngineConfig(model_path, kv_cache_memory=32 << 20), loaded=loaded)
+    engine = Engine(EngineConfig(model_path, kv_cache_memory=32 << 20, max_num_seqs=1), loaded=loaded)
     try:
         return [c.token_ids for c in engine.generate_offline(prompts, params)]
     finally:
@@ -101,21 +103,23 @@ def main(argv: list[str] | None = None) -> None:
         started = time.perf_counter()
         loaded = load_model(model_path, quantization=mode)
         ids = loaded.tokenizer.encode(TEXT.read_text())
-        ppl = perplexity(loaded.model, ids)
+        scores = {way: perplexity(loaded.model, ids, chunk) for way, chunk in CHUNKS.items()}
         outputs = greedy_outputs(loaded, model_path)
         reference = reference or outputs
         same = sum(a == b for a, b in zip(outputs, reference, strict=True))
-        rows.append({"mode": mode, "tokens": len(ids), "perplexity": ppl, "greedy_equal_to_none": same,
+        rows.append({"mode": mode, "tokens": len(ids), "perplexity": scores["prefill"],
+                     "decode_perplexity": scores["decode"], "greedy_equal_to_none": same,
                      "prompts": len(PROMPTS), "seconds": round(time.perf_counter() - started, 1)})
         del loaded
-    base = float(rows[0]["perplexity"])  # type: ignore[arg-type]
-    print(f"| mode | perplexity | vs none | greedy {GREEDY_TOKENS}-token outputs equal to none |")
-    print("| --- | --- | --- | --- |")
+    base, decode_base = float(rows[0]["perplexity"]), float(rows[0]["decode_perplexity"])  # type: ignore[arg-type]
+    print(f"| mode | perplexity (prefill) | vs none | perplexity (decode) | vs none | "
+          f"greedy {GREEDY_TOKENS}-token outputs equal to none |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for row in rows:
-        ppl = float(row["perplexity"])  # type: ignore[arg-type]
-        row["relative_to_none"] = ppl / base - 1
-        print(f"| {row['mode']} | {ppl:.4f} | {100 * (ppl / base - 1):+.2f}% | "
-              f"{row['greedy_equal_to_none']} of {row['prompts']} |")
+        ppl, decode = float(row["perplexity"]), float(row["decode_perplexity"])  # type: ignore[arg-type]
+        row["relative_to_none"], row["decode_relative_to_none"] = ppl / base - 1, decode / decode_base - 1
+        print(f"| {row['mode']} | {ppl:.4f} | {100 * (ppl / base - 1):+.2f}% | {decode:.4f} | "
+              f"{100 * (decode / decode_base - 1):+.2f}% | {row['greedy_equal_to_none']} of {row['prompts']} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

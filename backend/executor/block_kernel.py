@@ -1,6 +1,7 @@
 """Building and loading tidegate's C++ extension for the CPU: the kernel that multiplies with GGML's blocks
-(csrc/block_matmul.cpp, its GEMM path csrc/block_gemm.cpp), the decode attention that reads the paged KV
-cache in place (csrc/paged_attention.cpp) and the row-wise ops around the products (csrc/elementwise.cpp).
+(csrc/block_matmul.cpp, its GEMM path csrc/block_gemm.cpp, its integer decode path
+csrc/block_integer_dot.cpp), the decode attention that reads the paged KV cache in place
+(csrc/paged_attention.cpp) and the row-wise ops around the products (csrc/elementwise.cpp).
 
 It is compiled once per machine with torch's extension tooling (ninja and a C++ compiler) into
 `~/.cache/tidegate/kernels/<torch version>-<source hash>/` (or `$TIDEGATE_KERNEL_DIR`), and loaded from there
@@ -34,9 +35,12 @@ log = logging.getLogger(__name__)
 
 NAME = "tidegate_block_matmul"
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = [CSRC / name for name in ("block_matmul.cpp", "block_gemm.cpp", "paged_attention.cpp", "elementwise.cpp")]
+SOURCES = [
+    CSRC / name
+    for name in ("block_matmul.cpp", "block_gemm.cpp", "block_integer_dot.cpp", "paged_attention.cpp", "elementwise.cpp")
+]
 _FLAGS = ["-O3", "-std=c++17", "-fopenmp"]  # without -fopenmp at::parallel_for runs serially
-BUILD_SECONDS = 180  # four sources, about 3 CPU minutes (245-280 s wall on a busy 2-core machine); the log line tells users what the first start costs
+BUILD_SECONDS = 200  # five sources, about 3 CPU minutes (245-280 s wall on a busy 2-core machine); the log line tells users what the first start costs
 
 
 def cache_dir() -> Path:

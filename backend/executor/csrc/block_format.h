@@ -1,5 +1,5 @@
-// GGML's 32-value blocks as block_matmul.cpp and block_gemm.cpp read them: the repacked matrix and the exact
-// dequantization of one block, shared by the few-rows products and the GEMM.
+// GGML's 32-value blocks as block_matmul.cpp, block_gemm.cpp and block_integer_dot.cpp read them: the
+// repacked matrix, the exact dequantization of one block, and activations quantized for integer products.
 #pragma once
 
 #include <c10/util/Half.h>
@@ -14,6 +14,7 @@ namespace tidegate_blocks {
 
 enum Kind : int64_t { Q4_0 = 0, Q4_1 = 1, Q8_0 = 2 };
 constexpr int64_t kBlock = 32;
+constexpr int64_t kFewRows = 8;  // activation rows that share each unpacked weight block: one decode tile
 constexpr int64_t kPanel = 16;  // output rows of a dequantized GEMM panel: two 8-float vectors at each k
 
 struct Matrix {
@@ -26,6 +27,23 @@ struct Matrix {
   int64_t blocks() const { return in / kBlock; }
   int64_t row_bytes() const { return kind == Q8_0 ? in : in / 2; }
 };
+
+// Activation rows quantized per 32-value block into T (int8_t or int16_t): q [rows, in], and per block
+// [rows, in / 32] the scale d and d * sum(q) (Q4_1's minimum term).
+template <typename T>
+struct QuantizedRows {
+  T* q;
+  float* d;
+  float* s;
+};
+
+// Up to kFewRows rows quantized, then multiplied with output rows [begin, end) in integer dot products
+// (block_integer_dot.cpp; instantiated for int8_t and int16_t).
+template <typename T>
+void quantize_rows_scalar(const float* x, int64_t rows, int64_t in, const QuantizedRows<T>& out);
+template <typename T>
+void integer_rows_scalar(const Matrix& w, const QuantizedRows<T>& x, int64_t rows, float* y, int64_t out_features,
+                         int64_t begin, int64_t end);
 
 // The 32 float32 values of block b of output row o.
 inline void dequantize_block_scalar(const Matrix& w, int64_t o, int64_t b, float* out) {
@@ -83,6 +101,11 @@ AVX2_TARGET inline void dequantize_block_avx2(const Matrix& w, int64_t o, int64_
 // Many rows (prefill, big batches) as a GEMM over the panels [begin, end) of kPanel output rows (block_gemm.cpp).
 AVX2_TARGET void many_rows_avx2(const Matrix& w, const float* x, int64_t rows, float* y, int64_t out_features,
                                 int64_t begin, int64_t end);
+template <typename T>
+AVX2_TARGET void quantize_rows_avx2(const float* x, int64_t rows, int64_t in, const QuantizedRows<T>& out);
+template <typename T>
+AVX2_TARGET void integer_rows_avx2(const Matrix& w, const QuantizedRows<T>& x, int64_t rows, float* y,
+                                   int64_t out_features, int64_t begin, int64_t end);
 #endif
 
 }  // namespace tidegate_blocks

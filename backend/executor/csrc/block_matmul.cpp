@@ -15,6 +15,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <tuple>
+#include <vector>
 
 #include "block_format.h"
 
@@ -22,17 +24,16 @@ namespace {
 
 using namespace tidegate_blocks;
 
-constexpr int64_t kTile = 8;  // activation rows that share one dequantized block
 constexpr int64_t kRowGroup = 15;  // output rows multiplied together on the few-rows path
-constexpr int64_t kManyRows = kTile + 1;  // past one few-rows tile the GEMM costs less per row (docs/benchmarks.md)
+constexpr int64_t kManyRows = kFewRows + 1;  // past one few-rows tile the GEMM costs less per row (docs/benchmarks.md)
 
 void rows_scalar(const Matrix& w, const float* x, int64_t rows, float* y, int64_t out_features,
                  int64_t begin, int64_t end) {
   float block[kBlock];
   for (int64_t o = begin; o < end; ++o) {
-    for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
-      const int64_t tile = std::min(kTile, rows - r0);
-      float acc[kTile] = {};
+    for (int64_t r0 = 0; r0 < rows; r0 += kFewRows) {
+      const int64_t tile = std::min(kFewRows, rows - r0);
+      float acc[kFewRows] = {};
       for (int64_t b = 0; b < w.blocks(); ++b) {
         dequantize_block_scalar(w, o, b, block);
         for (int64_t r = 0; r < tile; ++r) {
@@ -77,7 +78,7 @@ AVX2_TARGET void tile_avx2(const Matrix& w, int64_t o, const float* x, float* y,
 }
 
 using FewTile = void (*)(const Matrix&, int64_t, const float*, float*, int64_t);
-constexpr FewTile kFewTiles[kTile + 1] = {nullptr, tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>,
+constexpr FewTile kFewTiles[kFewRows + 1] = {nullptr, tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>,
                                           tile_avx2<5>, tile_avx2<6>, tile_avx2<7>, tile_avx2<8>};
 
 AVX2_TARGET void dequantize_rows_avx2(const Matrix& w, float* out, int64_t begin, int64_t end) {
@@ -95,9 +96,9 @@ AVX2_TARGET void dequantize_rows_avx2(const Matrix& w, float* out, int64_t begin
 AVX2_TARGET void few_rows_avx2(const Matrix& w, const float* x, int64_t rows, float* y, int64_t out_features,
                                int64_t begin, int64_t end) {
   for (int64_t g = begin; g < end; g += kRowGroup)
-    for (int64_t r0 = 0; r0 < rows; r0 += kTile)
+    for (int64_t r0 = 0; r0 < rows; r0 += kFewRows)
       for (int64_t o = g; o < std::min(end, g + kRowGroup); ++o)
-        kFewTiles[std::min(kTile, rows - r0)](w, o, x + r0 * w.in, y + r0 * out_features, out_features);
+        kFewTiles[std::min(kFewRows, rows - r0)](w, o, x + r0 * w.in, y + r0 * out_features, out_features);
 }
 
 #endif
@@ -135,10 +136,47 @@ Matrix matrix_of(const torch::Tensor& quants, const torch::Tensor& scales, const
 // The grain keeps each task a few hundred microseconds of work at least: small matrices stay on one thread.
 int64_t grain_for(int64_t in, int64_t rows) { return std::max<int64_t>(1, 65536 / (in * std::max<int64_t>(rows, 1))); }
 
-// Threads split the output rows (few activation rows) or the panels of kPanel output rows (many).
-void multiply(const Matrix& w, const float* x, int64_t rows, float* y, int64_t out_features) {
+// The rows quantized to T, into scratch kept per calling thread (a decode step makes a hundred products).
+template <typename T>
+QuantizedRows<T> quantize_rows(const float* x, int64_t rows, int64_t in, bool avx2) {
+  thread_local std::vector<T> q;
+  thread_local std::vector<float> d, s;
+  q.resize(rows * in);
+  d.resize(rows * in / kBlock);
+  s.resize(rows * in / kBlock);
+  const QuantizedRows<T> out{q.data(), d.data(), s.data()};
 #if defined(__x86_64__)
-  if (use_avx2() && rows >= kManyRows) {
+  if (avx2) {
+    quantize_rows_avx2(x, rows, in, out);
+    return out;
+  }
+#endif
+  quantize_rows_scalar(x, rows, in, out);
+  return out;
+}
+
+template <typename T>
+void multiply_integer(const Matrix& w, const float* x, int64_t rows, float* y, int64_t out_features, bool avx2) {
+  const QuantizedRows<T> xq = quantize_rows<T>(x, rows, w.in, avx2);
+  at::parallel_for(0, out_features, grain_for(w.in, rows), [&](int64_t begin, int64_t end) {
+#if defined(__x86_64__)
+    if (avx2) return integer_rows_avx2(w, xq, rows, y, out_features, begin, end);
+#endif
+    integer_rows_scalar(w, xq, rows, y, out_features, begin, end);
+  });
+}
+
+// Threads split the output rows (few activation rows) or the panels of kPanel output rows (many). With
+// `activation_bits` 8 or 16, 1 to kFewRows rows are quantized once and multiplied in integer dot products
+// (block_integer_dot.cpp); 32 (float32, exact) and more rows take the float32 paths.
+void multiply(const Matrix& w, const float* x, int64_t rows, float* y, int64_t out_features, int64_t activation_bits) {
+  const bool avx2 = use_avx2();
+  if (activation_bits != 32 && rows >= 1 && rows <= kFewRows) {
+    if (activation_bits == 8) return multiply_integer<int8_t>(w, x, rows, y, out_features, avx2);
+    return multiply_integer<int16_t>(w, x, rows, y, out_features, avx2);
+  }
+#if defined(__x86_64__)
+  if (avx2 && rows >= kManyRows) {
     const int64_t panels = (out_features + kPanel - 1) / kPanel;
     at::parallel_for(0, panels, grain_for(w.in * kPanel, rows), [&](int64_t begin, int64_t end) {
       many_rows_avx2(w, x, rows, y, out_features, begin, end);
@@ -146,7 +184,6 @@ void multiply(const Matrix& w, const float* x, int64_t rows, float* y, int64_t o
     return;
   }
 #endif
-  const bool avx2 = use_avx2();
   at::parallel_for(0, out_features, grain_for(w.in, rows), [&](int64_t begin, int64_t end) {
 #if defined(__x86_64__)
     if (avx2) return few_rows_avx2(w, x, rows, y, out_features, begin, end);
@@ -156,14 +193,37 @@ void multiply(const Matrix& w, const float* x, int64_t rows, float* y, int64_t o
 }
 
 torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& quants, const torch::Tensor& scales,
-                           const c10::optional<torch::Tensor>& mins, int64_t kind) {
+                           const c10::optional<torch::Tensor>& mins, int64_t kind, int64_t activation_bits) {
   const Matrix w = matrix_of(quants, scales, mins, kind);
   TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2 && x.size(1) == w.in, "x: float32 [rows, in]");
+  TORCH_CHECK(activation_bits == 8 || activation_bits == 16 || activation_bits == 32, "activation bits: 8, 16 or 32");
   const torch::Tensor xc = x.contiguous();
   const int64_t rows = xc.size(0), out_features = quants.size(0);
   torch::Tensor y = torch::empty({rows, out_features}, xc.options());
-  multiply(w, xc.data_ptr<float>(), rows, y.data_ptr<float>(), out_features);
+  multiply(w, xc.data_ptr<float>(), rows, y.data_ptr<float>(), out_features, activation_bits);
   return y;
+}
+
+// The rows of x as the integer path quantizes them: values [rows, in] (int8 or int16), and per 32 values
+// the scale and scale * sum [rows, in / 32].
+template <typename T>
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> quantized_tensors(const torch::Tensor& x, c10::ScalarType type) {
+  const int64_t rows = x.size(0), in = x.size(1);
+  const QuantizedRows<T> quantized = quantize_rows<T>(x.data_ptr<float>(), rows, in, use_avx2());
+  torch::Tensor q = torch::empty({rows, in}, torch::TensorOptions().dtype(type));
+  torch::Tensor d = torch::empty({rows, in / kBlock}, torch::TensorOptions().dtype(torch::kFloat32));
+  torch::Tensor s = torch::empty_like(d);
+  std::copy(quantized.q, quantized.q + q.numel(), q.data_ptr<T>());
+  std::copy(quantized.d, quantized.d + d.numel(), d.data_ptr<float>());
+  std::copy(quantized.s, quantized.s + s.numel(), s.data_ptr<float>());
+  return {q, d, s};
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> quantize_activations(const torch::Tensor& x, int64_t bits) {
+  TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2 && x.size(1) % kBlock == 0, "x: float32 [rows, 32 k]");
+  TORCH_CHECK(bits == 8 || bits == 16, "activation bits: 8 or 16");
+  const torch::Tensor xc = x.contiguous();
+  return bits == 8 ? quantized_tensors<int8_t>(xc, torch::kInt8) : quantized_tensors<int16_t>(xc, torch::kInt16);
 }
 
 // Output rows [begin, end) of the weight as float32 [end - begin, in], the file's values exactly.
@@ -187,7 +247,8 @@ torch::Tensor dequantize(const torch::Tensor& quants, const torch::Tensor& scale
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("linear", &block_linear, "y = x @ W.T for a weight in GGML blocks");
+  m.def("linear", &block_linear, "y = x @ W.T for a weight in GGML blocks (1-8 rows: 8- or 16-bit activations if asked)");
+  m.def("quantize_activations", &quantize_activations, "rows as the integer path quantizes them (tests)");
   m.def("dequantize", &dequantize, "rows of a weight in GGML blocks as float32");
   m.def("uses_avx2", &use_avx2, "whether the AVX2+FMA+F16C path runs on this CPU");
   m.def("set_scalar_only", &set_scalar_only, "run the portable path even where AVX2 is there (tests)");
