@@ -36,7 +36,7 @@ NAME = "tidegate_block_matmul"
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = [CSRC / name for name in ("block_matmul.cpp", "block_gemm.cpp", "paged_attention.cpp", "elementwise.cpp")]
 _FLAGS = ["-O3", "-std=c++17", "-fopenmp"]  # without -fopenmp at::parallel_for runs serially
-BUILD_SECONDS = 180  # four sources, about 3 CPU minutes (245-280 s wall on a busy 2-core machine); the log line tells users what the first start costs
+BUILD_SECONDS = 180  # four sources, about 3 CPU minutes (245-390 s wall on a busy 2-core machine); the log line tells users what the first start costs
 
 
 def cache_dir() -> Path:
