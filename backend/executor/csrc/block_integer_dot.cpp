@@ -110,12 +110,6 @@ struct Unpacked {
   __m256i first, second;
 };
 
-template <Kind K>
-AVX2_TARGET inline __m128i nibbles(__m128i raw, int shift) {
-  const __m128i values = _mm_and_si128(_mm_srli_epi16(raw, shift), _mm_set1_epi8(15));
-  return K == Q4_0 ? _mm_sub_epi8(values, _mm_set1_epi8(8)) : values;
-}
-
 template <Kind K, typename T>
 AVX2_TARGET inline Unpacked unpack(const uint8_t* q) {
   if constexpr (std::is_same_v<T, int8_t>) {
@@ -128,13 +122,19 @@ AVX2_TARGET inline Unpacked unpack(const uint8_t* q) {
       if (K == Q4_0) values = _mm256_sub_epi8(values, _mm256_set1_epi8(8));
     }
     return {values, K == Q4_1 ? values : _mm256_sign_epi8(values, values)};
+  } else {
+    if (K == Q8_0)
+      return {_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))),
+              _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16)))};
+    // Byte j widened to a word holds value j in its low nibble and value j + 16 in its high one.
+    const __m256i words = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+    Unpacked w{_mm256_and_si256(words, _mm256_set1_epi16(15)), _mm256_srli_epi16(words, 4)};
+    if (K == Q4_0) {
+      w.first = _mm256_sub_epi16(w.first, _mm256_set1_epi16(8));
+      w.second = _mm256_sub_epi16(w.second, _mm256_set1_epi16(8));
+    }
+    return w;
   }
-  if (K == Q8_0)
-    return {_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))),
-            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16)))};
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-  if (K == Q4_1) return {_mm256_cvtepu8_epi16(nibbles<K>(raw, 0)), _mm256_cvtepu8_epi16(nibbles<K>(raw, 4))};
-  return {_mm256_cvtepi8_epi16(nibbles<K>(raw, 0)), _mm256_cvtepi8_epi16(nibbles<K>(raw, 4))};
 }
 
 // The 8 int32 lanes of an unpacked weight block times one row's quantized block (each lane sums 4 products).
