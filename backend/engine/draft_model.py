@@ -19,6 +19,7 @@ from backend.engine.sequence import Sequence, TokenCounts
 from backend.executor.model_config import ModelConfig
 from backend.executor.penalties import PenaltyState
 from backend.executor.runner import ModelRunner
+from backend.executor.sampler import argmax_rows
 from backend.loading.loader import load_model
 
 
@@ -89,7 +90,7 @@ class DraftModel:
         while active:
             batch = _DraftBatch(active, [v.num_tokens - v.num_computed_tokens for v in active])
             logits, _ = self.runner.run(batch)
-            for view, token in zip(active, logits.argmax(dim=-1).tolist(), strict=True):
+            for view, token in zip(active, argmax_rows(logits), strict=True):
                 view.num_computed_tokens = view.num_tokens
                 view.token_ids.append(token)
             active = [v for v in active if v.num_tokens - v.base < v.k]

@@ -47,12 +47,15 @@ class Sampler:
         """Sample one token per row of `logits` [R, vocab] (float32, on any device) for the R sequences."""
         if not seqs:
             return SamplerOutput([], [])
+        if all(_plain_greedy(seq) for seq in seqs):  # the usual step: nothing to mask, bias or report
+            no_logprobs: list[TokenLogprobs | None] = [None] * len(seqs)
+            return SamplerOutput(argmax_rows(logits), no_logprobs)
         self._mask_early_stops(logits, seqs)
         penalized = apply_penalties(logits, seqs)
         apply_logit_bias(logits, seqs)
         apply_token_constraints(logits, seqs, self.eos_token_ids)
         log_probs = _log_probs(logits, seqs)
-        tokens = logits.argmax(dim=-1).tolist()
+        tokens = argmax_rows(logits)
         for row, seq in enumerate(seqs):
             if not seq.params.greedy:
                 tokens[row] = _sample_row(logits[row], seq.params, _generator(seq, logits.device))
@@ -65,6 +68,21 @@ class Sampler:
             if seq.num_completion_tokens < seq.params.min_tokens:
                 banned = [t for t in (*self.eos_token_ids, *seq.params.stop_token_ids) if t < logits.shape[1]]
                 logits[row, banned] = float("-inf")
+
+
+def argmax_rows(logits: torch.Tensor) -> list[int]:
+    """The index of each row's largest logit (the first on ties, as torch's argmax). On the CPU through numpy,
+    whose vectorized argmax over a 49k vocabulary takes some 8 us where torch's takes about 90 (torch 2.13)."""
+    if logits.device.type == "cpu" and logits.dtype == torch.float32:
+        return logits.numpy().argmax(axis=-1).tolist()
+    return logits.argmax(dim=-1).tolist()
+
+
+def _plain_greedy(seq: StepSequence) -> bool:
+    """Whether the row's token is the argmax of its logits as the model gave them."""
+    params = seq.params
+    return (params.greedy and params.logprobs is None and not params.penalized and not params.logit_bias
+            and seq.constraint is None and seq.num_completion_tokens >= params.min_tokens)
 
 
 def _log_probs(logits: torch.Tensor, seqs: Sequence[StepSequence]) -> tuple[list[int], torch.Tensor] | None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from backend.executor.batch import SamplingOptions, StepSequence
-from backend.executor.sampler import Sampler, TokenLogprobs
+from backend.executor.sampler import Sampler, TokenLogprobs, argmax_rows
 
 
 @dataclass(slots=True)
@@ -72,7 +72,7 @@ class DraftVerifier:
             ids = torch.tensor(list(params.logit_bias), device=rows.device)
             rows[:, ids] += torch.tensor(list(params.logit_bias.values()), dtype=rows.dtype, device=rows.device)
         if params.greedy:
-            best = rows.argmax(dim=-1).tolist()
+            best = argmax_rows(rows)
             accepted = 0
             while accepted < len(draft) and draft[accepted] == best[accepted]:
                 accepted += 1

@@ -6,7 +6,7 @@ import torch
 
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.sequence import Sequence
-from backend.executor.sampler import Sampler
+from backend.executor.sampler import Sampler, argmax_rows
 
 EOS = 2
 VOCAB = 50
@@ -26,6 +26,24 @@ def test_greedy_picks_the_argmax_of_each_row() -> None:
     logits = logits_for(4)
     seqs = [make_seq(SamplingParams(temperature=0.0)) for _ in range(4)]
     assert Sampler([EOS])(logits.clone(), seqs).token_ids == logits.argmax(-1).tolist()
+
+
+def test_argmax_rows_picks_as_torch_does_the_first_of_a_tie_and_past_infinities() -> None:
+    logits = logits_for(3)
+    logits[1, 3] = logits[1, 7] = 100.0
+    logits[2] = float("-inf")
+    logits[2, 9] = -50.0
+    assert argmax_rows(logits) == logits.argmax(-1).tolist() == [argmax_rows(logits)[0], 3, 9]
+
+
+def test_the_greedy_fast_path_picks_what_the_general_sampler_picks() -> None:
+    logits = logits_for(4, seed=7)
+    plain = [make_seq(SamplingParams(temperature=0.0)) for _ in range(4)]
+    # one row that reports logprobs sends the whole step through the general path
+    general = [*plain[:3], make_seq(SamplingParams(temperature=0.0, logprobs=0))]
+    out = Sampler([EOS])(logits.clone(), general)
+    assert out.logprobs[3] is not None
+    assert Sampler([EOS])(logits.clone(), plain).token_ids == out.token_ids == logits.argmax(-1).tolist()
 
 
 def test_min_tokens_forbids_eos_and_stop_tokens_until_reached() -> None:
