@@ -51,12 +51,14 @@ def start_llama_server(stack: Stack, binary: str, model: Path, threads: int) -> 
     return url
 
 
-def bench(url: str, concurrency: int, workdir: Path, label: str, workload: str = "random") -> dict[str, Any]:
+def bench(url: str, concurrency: int, workdir: Path, label: str, workload: str = "random",
+          seed: int = 0) -> dict[str, Any]:
     out = workdir / f"{label}-c{concurrency}.json"
     subprocess.run([sys.executable, "-m", "tidegate.cli", "bench", "--base-url", url, "--model", "bench",
                     "--concurrency", str(concurrency), "--num-requests", str(max(8, 2 * concurrency)),
                     "--warmup", "1", "--input-len", str(INPUT_LEN), "--output-len", str(OUTPUT_LEN),
-                    "--workload", workload, "--no-progress", "--json", str(out)], check=True, stdout=subprocess.DEVNULL)
+                    "--workload", workload, "--seed", str(seed), "--no-progress", "--json", str(out)],
+                   check=True, stdout=subprocess.DEVNULL)
     result: dict[str, Any] = json.loads(out.read_text())
     return result
 
