@@ -4,8 +4,7 @@
 
 Each mode's model decodes one token at a time after the same prompt; rounds of 8 steps alternate between the
 modes so that load from other work falls on all alike. Reports median and p90 wall time per step and median
-CPU time per step (all threads). A mode `auto:ACT` is `auto` with its blocks' decode products set to ACT
-(float32, int16 or int8: backend/executor/block_linear.py), so `--modes auto:float32,auto:int16,auto:int8`
+CPU time per step (all threads). Modes are bench.perplexity's: `--modes auto:float32,auto:int16,auto:int8`
 compares the block kernel's decode paths in one process.
 
     .venv/bin/python -m bench.experiments.quantized_decode --products --rows 1,2,4,8 --threads 1,2 [--head] [--cpu]
@@ -25,7 +24,6 @@ import functools
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -34,30 +32,15 @@ from gguf.quants import quantize
 
 from backend.executor import block_kernel, cpu_linear
 from backend.executor.block_linear import ACTIVATION_BITS, KINDS, BlockWeight, from_blocks
-from backend.executor.model import LlamaModel
 from backend.executor.quant_blocks import BlockQuantized
 from backend.executor.quantized_linear import quantize_int4
-from backend.executor.vocabulary import Vocabulary
-from backend.loading.loader import load_model
 from backend.loading.model_cache import resolve
 from bench.experiments.model_decode import OurDecoder, timed
+from bench.perplexity import load_mode
 
 _SHAPES = ((960, 576), (576, 576), (3072, 576), (576, 1536))  # qkv, o, gate_up, down of SmolLM2-135M
 _HEAD = (49152, 576)  # SmolLM2-135M's tied vocabulary, Q8_0 in the default file
 _LAYERS = 30
-
-
-def _model(path: Path, mode: str) -> LlamaModel:
-    """The model under `--quantization` MODE, or for `auto:ACT` under auto with ACT decode activations."""
-    quantization, _, activations = mode.partition(":")
-    model = load_model(path, quantization=quantization).model
-    if activations:
-        for module in model.modules():
-            for value in vars(module).values():
-                weight = value.table if isinstance(value, Vocabulary) else value
-                if isinstance(weight, BlockWeight):
-                    weight.decode_activations = activations
-    return model
 
 
 def _packed_product(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
@@ -146,7 +129,7 @@ def main() -> None:
     path = resolve(args.model)
     prompt = [int(t) for t in torch.randint(100, 40000, (args.context,), generator=torch.Generator().manual_seed(0))]
     modes = args.modes.split(",")
-    decoders = {m: OurDecoder(_model(path, m), prompt, args.context + args.steps + 16) for m in modes}
+    decoders = {m: OurDecoder(load_mode(path, m).model, prompt, args.context + args.steps + 16) for m in modes}
     results: dict[str, tuple[list[float], list[float]]] = {m: ([], []) for m in modes}
     tokens = dict.fromkeys(modes, 1)
     for _ in range(max(1, args.steps // 8)):
