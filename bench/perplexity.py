@@ -7,7 +7,8 @@ of the Declaration of Independence, the Preamble and the First Amendment of the 
 in one sequence over a paged cache twice: in chunks of 128 tokens, as the engine prefills it, and one token a
 step, as decode steps run (the block kernel multiplies 1 to 8 rows otherwise than more: engine.md). Then twelve
 varied prompts are decoded greedily for 48 tokens by an engine in each mode, one prompt at a time as at one
-stream; the report counts how many outputs of each mode equal those of `none`.
+stream; the report counts how many outputs of each mode equal those of `none`. A mode `auto:ACT` is `auto`
+with its blocks' decode products set to ACT (float32, int16 or int8: backend/executor/block_linear.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ import torch
 from backend.engine.core import Engine, EngineConfig
 from backend.engine.sampling_params import SamplingParams
 from backend.executor.attention import AttentionMetadata
+from backend.executor.block_linear import BlockWeight
 from backend.executor.model import LlamaModel
+from backend.executor.vocabulary import Vocabulary
 from backend.loading.loader import LoadedModel, load_model
 from backend.loading.model_cache import resolve
 
@@ -45,6 +48,19 @@ PROMPTS = [
     "Dear hiring manager, I am writing to apply for",
     "The quick brown fox",
 ]
+
+
+def load_mode(path: Path, mode: str) -> LoadedModel:
+    """The model under `--quantization` MODE, or for `auto:ACT` under auto with ACT decode activations."""
+    quantization, _, activations = mode.partition(":")
+    loaded = load_model(path, quantization=quantization)
+    if activations:
+        for module in loaded.model.modules():
+            for value in vars(module).values():
+                weight = value.table if isinstance(value, Vocabulary) else value
+                if isinstance(weight, BlockWeight):
+                    weight.decode_activations = activations
+    return loaded
 
 
 def perplexity(model: LlamaModel, ids: list[int], chunk: int) -> float:
@@ -90,7 +106,8 @@ def greedy_outputs(loaded: LoadedModel, model_path: Path) -> list[list[int]]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.perplexity", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2", help="a .gguf file, an HF folder or a named model")
-    parser.add_argument("--modes", default="none,auto,int8,int4", help="comma-separated; none comes first")
+    parser.add_argument("--modes", default="none,auto,int8,int4",
+                        help="comma-separated (auto:int8 and the like set auto's decode activations); none comes first")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
@@ -101,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     reference: list[list[int]] = []
     for mode in modes:
         started = time.perf_counter()
-        loaded = load_model(model_path, quantization=mode)
+        loaded = load_mode(model_path, mode)
         ids = loaded.tokenizer.encode(TEXT.read_text())
         scores = {way: perplexity(loaded.model, ids, chunk) for way, chunk in CHUNKS.items()}
         outputs = greedy_outputs(loaded, model_path)

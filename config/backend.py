@@ -37,8 +37,8 @@ class EngineSettings(BaseModel):
     threads: int | None = Field(default=None, ge=1, description="torch CPU threads")
     quantization: Literal["auto", "none", "int8", "int4"] = Field(
         default="auto", description="weights kept quantized on CPU: auto (the GGUF file's Q4_0/Q4_1/Q8_0 "
-        "blocks, multiplied exactly; float checkpoints stay float), int8 or int4 (float weights quantized at "
-        "load), none (all float32)")
+        "blocks, their values kept exactly; decode steps round activations to 16 bits; float checkpoints stay "
+        "float), int8 or int4 (float weights quantized at load), none (all float32)")
     speculative: Literal["none", "ngram", "draft"] = Field(
         default="ngram", description="speculative decoding: none, ngram (prompt lookup), or draft (a smaller "
         "model, --speculative-model)")

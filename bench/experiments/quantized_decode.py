@@ -3,8 +3,9 @@
     .venv/bin/python -m bench.experiments.quantized_decode --modes none,auto --threads 1 --context 256 --steps 64
 
 Each mode's model decodes one token at a time after the same prompt; rounds of 8 steps alternate between the
-modes so that load from other work falls on all alike. Reports median and p90 wall time per step, median CPU
-time per step (all threads), and the process's resident memory after loading every mode.
+modes so that load from other work falls on all alike. Reports median and p90 wall time per step and median
+CPU time per step (all threads). Modes are bench.perplexity's: `--modes auto:float32,auto:int16,auto:int8`
+compares the block kernel's decode paths in one process.
 
     .venv/bin/python -m bench.experiments.quantized_decode --products --rows 1,2,4,8 --threads 1,2 [--head] [--cpu]
 
@@ -33,9 +34,9 @@ from backend.executor import block_kernel, cpu_linear
 from backend.executor.block_linear import ACTIVATION_BITS, KINDS, BlockWeight, from_blocks
 from backend.executor.quant_blocks import BlockQuantized
 from backend.executor.quantized_linear import quantize_int4
-from backend.loading.loader import load_model
 from backend.loading.model_cache import resolve
 from bench.experiments.model_decode import OurDecoder, timed
+from bench.perplexity import load_mode
 
 _SHAPES = ((960, 576), (576, 576), (3072, 576), (576, 1536))  # qkv, o, gate_up, down of SmolLM2-135M
 _HEAD = (49152, 576)  # SmolLM2-135M's tied vocabulary, Q8_0 in the default file
@@ -128,7 +129,7 @@ def main() -> None:
     path = resolve(args.model)
     prompt = [int(t) for t in torch.randint(100, 40000, (args.context,), generator=torch.Generator().manual_seed(0))]
     modes = args.modes.split(",")
-    decoders = {m: OurDecoder(load_model(path, quantization=m).model, prompt, args.context + args.steps + 16) for m in modes}
+    decoders = {m: OurDecoder(load_mode(path, m).model, prompt, args.context + args.steps + 16) for m in modes}
     results: dict[str, tuple[list[float], list[float]]] = {m: ([], []) for m in modes}
     tokens = dict.fromkeys(modes, 1)
     for _ in range(max(1, args.steps // 8)):
@@ -137,10 +138,10 @@ def main() -> None:
             results[mode][0].extend(wall)
             results[mode][1].extend(cpu)
     print(f"batch-1 decode, context {args.context}, {threads[0]} threads, {args.steps} steps each")
-    print(f"{'mode':<8}{'median ms':>10}{'p90 ms':>10}{'cpu ms':>10}")
+    print(f"{'mode':<14}{'median ms':>10}{'p90 ms':>10}{'cpu ms':>10}")
     for mode, (wall, cpu) in results.items():
         p90 = statistics.quantiles(wall, n=10)[-1]
-        print(f"{mode:<8}{1000 * statistics.median(wall):>10.1f}{1000 * p90:>10.1f}{1000 * statistics.median(cpu):>10.1f}")
+        print(f"{mode:<14}{1000 * statistics.median(wall):>10.1f}{1000 * p90:>10.1f}{1000 * statistics.median(cpu):>10.1f}")
 
 
 if __name__ == "__main__":
