@@ -79,7 +79,7 @@ AVX2_TARGET void tile_avx2(const Matrix& w, int64_t o, const float* x, float* y,
 
 using FewTile = void (*)(const Matrix&, int64_t, const float*, float*, int64_t);
 constexpr FewTile kFewTiles[kFewRows + 1] = {nullptr, tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>,
-                                          tile_avx2<5>, tile_avx2<6>, tile_avx2<7>, tile_avx2<8>};
+                                             tile_avx2<5>, tile_avx2<6>, tile_avx2<7>, tile_avx2<8>};
 
 AVX2_TARGET void dequantize_rows_avx2(const Matrix& w, float* out, int64_t begin, int64_t end) {
   __m256 v[4];
