@@ -24,7 +24,7 @@ ACTIVATION_BITS = {"float32": 32, "int16": 16, "int8": 8}
 
 # What the activations of 1 to 8 rows are multiplied as (docs/benchmarks.md, "Integer decode products"):
 # int16 makes a batch-1 step's products ~1.7x faster than float32 with the perplexity and the greedy answers
-# of `none`; int8 (llama.cpp's) is no faster on AVX2 without VNNI and raised the perplexity 1.5%.
+# of `none`; int8 (llama.cpp's) is hardly faster on AVX2 without VNNI and raised the perplexity 1.5%.
 DECODE_ACTIVATIONS = "int16"
 
 
