@@ -22,9 +22,9 @@ from backend.executor.quant_blocks import BLOCK, BLOCK_BYTES, BlockQuantized
 KINDS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2}
 ACTIVATION_BITS = {"float32": 32, "int16": 16, "int8": 8}
 
-# What the activations of 1 to 8 rows are multiplied as. int8 (llama.cpp's) made a batch-1 step's products
-# ~1.8x faster but raised the default model's perplexity scored one token a step by 1.5% and left 5 of 12
-# greedy answers equal to `none`'s; (docs/benchmarks.md, "Integer decode products").
+# What the activations of 1 to 8 rows are multiplied as (docs/benchmarks.md, "Integer decode products"):
+# int16 makes a batch-1 step's products ~1.7x faster than float32 with the perplexity and the greedy answers
+# of `none`; int8 (llama.cpp's) is hardly faster on AVX2 without VNNI and raised the perplexity 1.5%.
 DECODE_ACTIVATIONS = "int16"
 
 
@@ -64,7 +64,9 @@ class BlockWeight:
         return taken.dequantize().to(dtype)
 
 
-def from_blocks(weight: BlockQuantized, kernel: ModuleType, decode_activations: str = DECODE_ACTIVATIONS) -> BlockWeight:
+def from_blocks(
+    weight: BlockQuantized, kernel: ModuleType, decode_activations: str = DECODE_ACTIVATIONS
+) -> BlockWeight:
     """Split the file's blocks into the kernel's arrays (the raw bytes moved, no value changed)."""
     rows, cols = weight.shape
     b = weight.blocks.view(rows, cols // BLOCK, BLOCK_BYTES[weight.kind])

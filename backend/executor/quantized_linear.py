@@ -7,7 +7,7 @@ for the product and its result is returned in the caller's dtype. GGML's Q4_0 an
 onto the int4 form (their float16 scales rounded to bfloat16); Q8_0's per-block scales do not fit the
 per-row int8 form, so Q8_0 matrices are requantized per row (docs/engine.md gives the perplexity cost).
 Where the block kernel builds (block_kernel.py), `auto` keeps the file's blocks instead and multiplies them
-exactly in float32 (block_linear.py); these torch forms are then what `int4` and `int8` ask for.
+with their exact values (block_linear.py); these torch forms are then what `int4` and `int8` ask for.
 """
 
 from __future__ import annotations

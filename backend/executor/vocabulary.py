@@ -1,8 +1,8 @@
 """The quantized token table: the embedding's rows and the output head's product, one copy when they are tied.
 
 Where the file holds the table in Q4_0/Q4_1/Q8_0 blocks and the block kernel builds (block_kernel.py), both run
-on those blocks, exactly: the head's product is the float32 one of the file's values (block_linear.py) and
-the embedding dequantizes the file's rows.
+on those blocks: the head's product is that of any block matrix (block_linear.py: the file's values, decode
+rows with 16-bit activations) and the embedding dequantizes the file's rows exactly.
 
 Elsewhere the head's product over the whole vocabulary runs on int8 weights with bfloat16 activations and
 results (quantized_linear.py); bfloat16 keeps 8 bits of a logit, 0.125 apart near 20, which makes ties of
@@ -42,7 +42,7 @@ class Vocabulary:
         return self.exact.take_rows(ids).dequantize().to(dtype)
 
     def linear(self, hidden: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits `[R, vocab]` in float32: exact from blocks, else the leading `REFINED` of each row in float32."""
+        """Logits `[R, vocab]` in float32: the block product, else the leading `REFINED` of each row in float32."""
         assert bias is None, "a vocabulary head has no bias"
         logits = self.table.linear(hidden).float()
         if isinstance(self.table, BlockWeight):

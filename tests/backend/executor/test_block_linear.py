@@ -175,7 +175,8 @@ def test_activations_quantize_as_llama_cpp_does_on_both_paths(activations: str, 
 @needs_kernel
 @pytest.mark.parametrize("activations", INTEGER)
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize(("rows", "cols"), [(1, 1056), (2, 96), (3, 288), (5, 1056), (8, 288)])
+@pytest.mark.parametrize(("rows", "cols"), [(1, 1056), (2, 96), (3, 288), (4, 96), (5, 1056), (6, 288), (7, 96),
+                                           (8, 288)])
 def test_integer_products_equal_exact_integer_dot_products(
     kind: str, rows: int, cols: int, activations: str, path: str
 ) -> None:
@@ -183,6 +184,27 @@ def test_integer_products_equal_exact_integer_dot_products(
     blocks, _ = _blocks(kind, cols=cols, seed=rows)
     x = torch.randn(rows, cols, generator=torch.Generator().manual_seed(rows))
     _assert_integer_product(_integer(blocks, activations).linear(x), x, blocks, activations)
+
+
+@needs_kernel
+@pytest.mark.parametrize("activations", INTEGER)
+@pytest.mark.parametrize("kind", KINDS)
+def test_scalar_and_avx2_integer_paths_agree(kind: str, activations: str) -> None:
+    """The same integers on both paths; only the order of the float32 sums of the blocks differs."""
+    assert kernel is not None
+    if not kernel.uses_avx2():
+        pytest.skip("this CPU lacks AVX2+FMA+F16C")
+    blocks, _ = _blocks(kind, cols=1056)
+    weight = _integer(blocks, activations)
+    x = torch.randn(3, 1056, generator=torch.Generator().manual_seed(3))
+    avx2 = weight.linear(x)
+    kernel.set_scalar_only(True)
+    try:
+        scalar = weight.linear(x)
+    finally:
+        kernel.set_scalar_only(False)
+    _, bound = _integer_product(x, blocks, activations)
+    assert bool(((avx2 - scalar).abs().double() <= 1e-5 * bound).all())
 
 
 @needs_kernel
