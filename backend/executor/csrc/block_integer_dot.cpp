@@ -20,6 +20,8 @@ namespace {
 
 template <typename T>
 constexpr float kLevels = std::is_same_v<T, int8_t> ? 127.0f : 32767.0f;  // largest |q| of a block
+// Blocks whose largest |x| is below this round to zeros: kLevels / amax would overflow to infinity near 1e-34.
+constexpr float kSmallestBlock = 1e-30f;
 
 // Weight block b of output row o against the block's quantized activations: their integer dot product.
 template <typename T>
@@ -45,7 +47,7 @@ void quantize_rows_scalar(const float* x, int64_t rows, int64_t in, const Quanti
       const float* v = x + r * in + b * kBlock;
       float amax = 0.0f;
       for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
-      const float id = amax != 0.0f ? kLevels<T> / amax : 0.0f;  // an all-zero block: scale 0, values 0
+      const float id = amax >= kSmallestBlock ? kLevels<T> / amax : 0.0f;  // an all-zero block: values 0
       T* q = out.q + r * in + b * kBlock;
       int sum = 0;
       for (int j = 0; j < kBlock; ++j) {
@@ -251,7 +253,7 @@ AVX2_TARGET void quantize_rows_avx2(const float* x, int64_t rows, int64_t in, co
       const __m256 a = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, f[0]), _mm256_andnot_ps(sign, f[1])),
                                      _mm256_max_ps(_mm256_andnot_ps(sign, f[2]), _mm256_andnot_ps(sign, f[3])));
       const float amax = hmax(a);
-      const __m256 id = _mm256_set1_ps(amax != 0.0f ? kLevels<T> / amax : 0.0f);
+      const __m256 id = _mm256_set1_ps(amax >= kSmallestBlock ? kLevels<T> / amax : 0.0f);
       __m256i q[4];
       for (int i = 0; i < 4; ++i)
         q[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(f[i], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));

@@ -118,10 +118,10 @@ LEVELS = {"int8": 127, "int16": 32767}  # the largest |q| of a block
 
 def _quantized_rows(x: torch.Tensor, activations: str) -> tuple[torch.Tensor, torch.Tensor]:
     """llama.cpp's quantize_row_q8_1 in torch, for L = 127 (int8) or 32767 (int16): per 32 values a scale
-    max|x| / L and round(x / scale), to nearest even (an all-zero block: scale 0, values 0)."""
+    max|x| / L and round(x / scale), to nearest even (a block whose max|x| is below 1e-30: values 0)."""
     levels, blocks = LEVELS[activations], x.view(x.shape[0], -1, 32)
     amax = blocks.abs().amax(-1)
-    inverse = torch.where(amax > 0, torch.full_like(amax, levels) / amax, 0.0)  # L / amax, as the kernel divides
+    inverse = torch.where(amax >= 1e-30, torch.full_like(amax, levels) / amax, 0.0)  # L / amax, as the kernel divides
     q = torch.round(blocks * inverse.unsqueeze(-1)).to(getattr(torch, activations)).view_as(x)
     return q, amax / levels
 
@@ -158,17 +158,20 @@ def _integer(blocks: BlockQuantized, activations: str) -> BlockWeight:
 @needs_kernel
 @pytest.mark.parametrize("activations", INTEGER)
 def test_activations_quantize_as_llama_cpp_does_on_both_paths(activations: str, path: str) -> None:
-    """The same integers and scales from the AVX2 and the scalar path: ties round to even, a zero block to 0."""
+    """The same integers and scales from the AVX2 and the scalar path: ties round to even, a zero or tiny block
+    to 0."""
     assert kernel is not None
     levels = LEVELS[activations]
     x = torch.randn(5, 288, generator=torch.Generator().manual_seed(5))
     x[1, :32] = torch.tensor([levels, 0.5, 1.5, 2.5, -0.5, -1.5] + [0.0] * 26)  # scale 1: x / scale ties exactly
     x[2] = 0.0
     x[3, 64:96] = 0.0
+    x[4, 32:64] = 0.0
+    x[4, 32] = 1e-36  # L / max|x| would overflow to infinity (and 0 * infinity is NaN): the block rounds to 0
     q, d, s = kernel.quantize_activations(x, int(activations[3:]))
     expected_q, expected_d = _quantized_rows(x, activations)
     assert torch.equal(q, expected_q) and torch.equal(d, expected_d)
-    assert q[1, :6].tolist() == [levels, 0, 2, 2, 0, -2]
+    assert q[1, :6].tolist() == [levels, 0, 2, 2, 0, -2] and not q[4, 32:64].any()
     assert torch.equal(s, d * q.view(5, -1, 32).sum(-1).float())
 
 
@@ -221,12 +224,13 @@ def test_integer_products_split_over_threads_equal_exact_integer_dot_products(
 @needs_kernel
 @pytest.mark.parametrize("activations", INTEGER)
 @pytest.mark.parametrize("kind", KINDS)
-def test_zero_activations_give_zeros_not_nan(kind: str, activations: str, path: str) -> None:
+def test_zero_and_tiny_activations_give_zeros_not_nan(kind: str, activations: str, path: str) -> None:
     blocks, _ = _blocks(kind)
     weight = _integer(blocks, activations)
     x = torch.randn(3, 96, generator=torch.Generator().manual_seed(3))
     x[0] = 0.0
     x[1, 32:64] = 0.0  # one block of scale 0 among others
+    x[2, 64:96] = 1e-36  # so small that L / max|x| would overflow: rounded to zeros too
     out = weight.linear(x)
     assert torch.equal(out[0], torch.zeros(77)) and not out.isnan().any()
     _assert_integer_product(out, x, blocks, activations)
