@@ -98,8 +98,8 @@ class ModelRunner:
         rows = None if len(step.logits_rows) == len(step.input_ids) else tensor(step.logits_rows, torch.int64)
         graphs = self.graphs
         if graphs is not None and max(counts) == 1 and graphs.fits(len(seqs), step.widest):
-            logits = graphs.replay(ids, positions, meta)
-            return (logits if rows is None else logits[rows]), [seqs[i] for i in step.sampling]
+            logits = graphs.replay(ids, positions, meta)  # the graph's buffer, which the next replay rewrites
+            return (logits.clone() if rows is None else logits[rows]), [seqs[i] for i in step.sampling]
         plan = self.model.ops.attention.plan(meta, self.block_size, self.dtype)  # one for all the layers
         hidden = self.model(ids, positions, self.kv_caches, plan)
         logits = self.model.compute_logits(hidden if rows is None else hidden[rows])
