@@ -17,7 +17,7 @@ from backend.engine.block_pool import BlockPool
 from backend.engine.choices import request_sequences
 from backend.engine.engine_config import EngineConfig
 from backend.engine.errors import EngineOverloaded, InvalidGenerateRequest, QueueTimeout
-from backend.engine.host import in_passing_thread, keep_freed_memory, release_freed_memory
+from backend.engine.host import collector_paused, in_passing_thread, keep_freed_memory, release_freed_memory
 from backend.engine.output import delta, finish_reason, step_output
 from backend.engine.records import Completion, Delta, EngineStats, GenerateRequest
 from backend.engine.sampling_params import SamplingParams
@@ -45,8 +45,9 @@ class Engine:
         self.config = config
         dtype = config.torch_dtype()
         if loaded is None:
-            loaded = in_passing_thread(lambda: load_model(
-                Path(config.model_path), device=config.device, dtype=dtype, quantization=config.quantization))
+            with collector_paused():
+                loaded = in_passing_thread(lambda: load_model(
+                    Path(config.model_path), device=config.device, dtype=dtype, quantization=config.quantization))
             release_freed_memory()
         self.tokenizer = loaded.tokenizer
         self.model_config = loaded.config

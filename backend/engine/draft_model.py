@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from backend.engine.host import in_passing_thread
+from backend.engine.host import collector_paused, in_passing_thread
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.sequence import Sequence, TokenCounts
 from backend.executor.model_config import ModelConfig
@@ -76,7 +76,8 @@ class DraftModel:
     def load(cls, path: Path, target: ModelConfig, num_blocks: int, block_size: int, *, device: str,
              dtype: torch.dtype) -> DraftModel:
         """Load the draft model with a KV cache of `num_blocks` blocks (the target's pool's block ids)."""
-        loaded = in_passing_thread(lambda: load_model(path, device=device, dtype=dtype))
+        with collector_paused():
+            loaded = in_passing_thread(lambda: load_model(path, device=device, dtype=dtype))
         if loaded.config.vocab_size != target.vocab_size:
             raise ValueError(f"the draft model {path} has a vocabulary of {loaded.config.vocab_size} tokens, the "
                              f"served model {target.vocab_size}: a draft model must share the tokenizer")

@@ -4,14 +4,19 @@ Memory. Every step allocates and frees the same large activations (a few MB to a
 allocations above its mmap threshold, and the top of the heap above its trim threshold, to the kernel as soon
 as they are freed, so the next step page-faults all of it in again. Under a hypervisor each fault is dear: on
 the 2-core VM of docs/benchmarks.md that made a decode step of 32 sequences up to half again as long.
+
+Garbage collection. Loading a model builds some 230,000 long-lived container objects (the tokenizer's tables,
+the modules); each full collection scans them all, 0.25-0.8 s on that VM, and one load triggered four to eight.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import gc
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
@@ -41,6 +46,26 @@ def release_freed_memory() -> bool:
         return False
     malloc_trim(0)
     return True
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside (a model load, whose objects all live on), one at the end."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+        gc.collect()
+
+
+def freeze_loaded_objects() -> None:
+    """Exempt every object alive now from future collections (a server, once its model is loaded and warm), so
+    that a full collection while serving scans only what came since: a stall of every stream otherwise."""
+    gc.collect(1)  # the young garbage (a warm-up's); the loaded objects were collected once, after their load
+    gc.freeze()
 
 
 T = TypeVar("T")

@@ -25,6 +25,7 @@ from starlette.routing import Route
 
 from backend.engine.core import Engine
 from backend.engine.engine_config import EngineConfig
+from backend.engine.host import freeze_loaded_objects
 from backend.engine.records import GenerateRequest
 from backend.engine.sampling_params import SamplingParams
 from backend.loading.generation_config import generation_defaults
@@ -141,6 +142,7 @@ class BackendServer:
             self.engine = await asyncio.to_thread(Engine, EngineConfig.for_model(settings, self.model_path))
             self.engine.start()
             await self._warm_up(self.engine)
+            freeze_loaded_objects()
         except Exception as exc:
             log.exception("loading %s failed", self.model_path)
             self.load_error = f"{type(exc).__name__}: {exc}"
