@@ -49,13 +49,3 @@ def rotate(
     token's factors are read from the table at its position, so nothing is gathered per step."""
     torch.ops.tidegate.rotate_(qk, positions, cos_sin_cache)
     return qk[:, :num_q_heads], qk[:, num_q_heads:]
-
-
-def set_scalar_only(value: bool) -> None:
-    """Run the portable path even where AVX2 is there (tests)."""
-    torch.ops.tidegate.elementwise_set_scalar_only(value)
-
-
-def uses_avx2() -> bool:
-    """Whether the AVX2+FMA path runs on this CPU."""
-    return bool(torch.ops.tidegate.elementwise_uses_avx2())

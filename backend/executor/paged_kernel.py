@@ -70,13 +70,3 @@ def attend(
 def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor) -> None:
     """Write the step's new keys and values `[T, kv_heads, head_dim]` into the caches at `slots` (-1: not written)."""
     torch.ops.tidegate.write_kv(k, v, k_cache, v_cache, slots)
-
-
-def set_scalar_only(value: bool) -> None:
-    """Run the portable path even where AVX2 is there (tests)."""
-    torch.ops.tidegate.paged_attention_set_scalar_only(value)
-
-
-def uses_avx2() -> bool:
-    """Whether the AVX2+FMA path runs on this CPU."""
-    return bool(torch.ops.tidegate.paged_attention_uses_avx2())

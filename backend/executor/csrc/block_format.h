@@ -6,11 +6,11 @@
 
 #include <cstdint>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "vector_math.h"
 
 namespace tidegate_blocks {
+
+using namespace tidegate_simd;
 
 enum Kind : int64_t { Q4_0 = 0, Q4_1 = 1, Q8_0 = 2 };
 constexpr int64_t kBlock = 32;
@@ -63,8 +63,6 @@ inline void dequantize_block_scalar(const Matrix& w, int64_t o, int64_t b, float
 }
 
 #if defined(__x86_64__)
-#define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
-
 AVX2_TARGET inline float half_to_float(c10::Half h) { return _cvtsh_ss(h.x); }
 
 AVX2_TARGET inline void dequantize_block_avx2(const Matrix& w, int64_t o, int64_t b, __m256 v[4]) {

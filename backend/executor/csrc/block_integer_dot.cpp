@@ -99,12 +99,6 @@ AVX2_TARGET inline int hsum_epi32(__m256i v) {
   return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 1)));
 }
 
-AVX2_TARGET inline float hsum_ps(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
-}
-
 // A weight block unpacked once for every row of a tile: for 8-bit activations its 32 values as bytes (Q4_1
 // unsigned, Q4_0 and Q8_0 signed) and their magnitudes (maddubs takes unsigned weights); for 16-bit ones the
 // values widened to int16, the first 16 and the last 16.
@@ -215,7 +209,7 @@ AVX2_TARGET void tile_avx2(const Matrix& w, int64_t o, const QuantizedRows<T>& x
   for (int r = 0; r < R; ++r) {
     __m256 total = acc[r][0];
     for (int a = 1; a < A; ++a) total = _mm256_add_ps(total, acc[r][a]);
-    y[r * out_features + o] = hsum_ps(total) + (K == Q4_1 ? hsum_ps(minimum[r]) + minimum_tail[r] : 0.0f);
+    y[r * out_features + o] = hsum(total) + (K == Q4_1 ? hsum(minimum[r]) + minimum_tail[r] : 0.0f);
   }
 }
 

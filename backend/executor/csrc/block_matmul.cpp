@@ -13,7 +13,6 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <tuple>
 #include <vector>
@@ -49,12 +48,6 @@ void rows_scalar(const Matrix& w, const float* x, int64_t rows, float* y, int64_
 }
 
 #if defined(__x86_64__)
-AVX2_TARGET inline float hsum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
-}
-
 // One output row against a tile of R activation rows; A accumulators per row keep enough FMAs in flight.
 template <int R>
 AVX2_TARGET void tile_avx2(const Matrix& w, int64_t o, const float* x, float* y, int64_t out_features) {
@@ -102,20 +95,6 @@ AVX2_TARGET void few_rows_avx2(const Matrix& w, const float* x, int64_t rows, fl
 }
 
 #endif
-
-std::atomic<bool> scalar_only{false};  // set by tests, so that the portable path runs on AVX2 machines too
-
-bool use_avx2() {
-#if defined(__x86_64__)
-  static const bool supported =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  return supported && !scalar_only.load();
-#else
-  return false;
-#endif
-}
-
-void set_scalar_only(bool value) { scalar_only.store(value); }
 
 Matrix matrix_of(const torch::Tensor& quants, const torch::Tensor& scales, const c10::optional<torch::Tensor>& mins,
                  int64_t kind) {
@@ -251,5 +230,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("quantize_activations", &quantize_activations, "rows as the integer path quantizes them (tests)");
   m.def("dequantize", &dequantize, "rows of a weight in GGML blocks as float32");
   m.def("uses_avx2", &use_avx2, "whether the AVX2+FMA+F16C path runs on this CPU");
-  m.def("set_scalar_only", &set_scalar_only, "run the portable path even where AVX2 is there (tests)");
+  m.def("set_scalar_only", &set_scalar_only, "run the portable paths of every kernel even where AVX2 is there (tests)");
 }

@@ -20,7 +20,6 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -32,10 +31,6 @@ namespace {
 using namespace tidegate_simd;
 
 constexpr int64_t kSerialFloats = 1 << 16;  // a call on fewer floats runs on the calling thread
-
-std::atomic<bool> scalar_only{false};  // set by tests, so that the portable path runs on AVX2 machines too
-
-bool use_avx2() { return cpu_has_avx2() && !scalar_only.load(); }
 
 float inv_rms(double sum_squares, int64_t n, float eps) {
   const float mean = static_cast<float>(sum_squares) / static_cast<float>(n);
@@ -269,8 +264,6 @@ void rotate_(const torch::Tensor& qk, const torch::Tensor& positions, const torc
   });
 }
 
-void set_scalar_only(bool value) { scalar_only.store(value); }
-
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(tidegate, m) {
@@ -278,6 +271,4 @@ TORCH_LIBRARY_FRAGMENT(tidegate, m) {
   m.def("add_rms_norm(Tensor x, Tensor(a!) residual, Tensor weight, float eps) -> Tensor", &add_rms_norm);
   m.def("silu_and_mul(Tensor gate_up) -> Tensor", &silu_and_mul);
   m.def("rotate_(Tensor(a!) qk, Tensor positions, Tensor table) -> ()", &rotate_);
-  m.def("elementwise_uses_avx2() -> bool", &use_avx2);
-  m.def("elementwise_set_scalar_only(bool value) -> ()", &set_scalar_only);
 }

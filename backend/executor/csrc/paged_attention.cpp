@@ -20,7 +20,6 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -141,10 +140,6 @@ AVX2_TARGET void accumulate_avx2(float* acc, float correction, const float* p, c
   for (; c < dim; c += 8) accumulate_columns_avx2<1>(acc + c, corr, p, values + c, row, n);
 }
 #endif
-
-std::atomic<bool> scalar_only{false};  // set by tests, so that the portable path runs on AVX2 machines too
-
-bool use_avx2() { return cpu_has_avx2() && !scalar_only.load(); }
 
 void prefetch(const float* from, int64_t floats) {
   for (int64_t i = 0; i < floats; i += 16) __builtin_prefetch(from + i);  // one 64-byte line per 16 floats
@@ -328,14 +323,10 @@ void write_kv(const torch::Tensor& k, const torch::Tensor& v, const torch::Tenso
   }
 }
 
-void set_scalar_only(bool value) { scalar_only.store(value); }
-
 }  // namespace
 
 TORCH_LIBRARY(tidegate, m) {
   m.def("paged_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor(a!) out, Tensor starts, Tensor q_lens, "
         "Tensor context_lens, Tensor block_tables, float scale) -> ()", &paged_attention);
   m.def("write_kv(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slots) -> ()", &write_kv);
-  m.def("paged_attention_uses_avx2() -> bool", &use_avx2);
-  m.def("paged_attention_set_scalar_only(bool value) -> ()", &set_scalar_only);
 }

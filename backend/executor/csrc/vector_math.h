@@ -1,7 +1,8 @@
-// AVX2+FMA helpers shared by the extension's float32 kernels (paged_attention.cpp, elementwise.cpp), and the
-// run-time check for them; every caller keeps a scalar path, so nothing needs these (or AVX-512) to run.
+// AVX2+FMA+F16C helpers shared by all of the extension's kernels, and the one run-time choice of path for them;
+// every caller keeps a scalar path, so nothing needs these (or AVX-512) to run.
 #pragma once
 
+#include <atomic>
 #include <cmath>
 
 #if defined(__x86_64__)
@@ -10,18 +11,29 @@
 
 namespace tidegate_simd {
 
-// Whether this CPU has AVX2 and FMA (checked once).
+// Whether this CPU has AVX2, FMA and F16C (checked once; every AVX2 CPU has the other two).
 inline bool cpu_has_avx2() {
 #if defined(__x86_64__)
-  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool supported =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   return supported;
 #else
   return false;
 #endif
 }
 
+// Set by tests, so that the portable paths run on AVX2 machines too; one flag for every kernel of the extension.
+inline std::atomic<bool>& scalar_only() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
+
+inline bool use_avx2() { return cpu_has_avx2() && !scalar_only().load(); }
+
+inline void set_scalar_only(bool value) { scalar_only().store(value); }
+
 #if defined(__x86_64__)
-#define AVX2_TARGET __attribute__((target("avx2,fma")))
+#define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
 
 AVX2_TARGET inline float hsum(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from backend.executor import elementwise_kernel, paged_kernel
+from backend.executor import block_kernel, paged_kernel
 
 
 def _through(path: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
@@ -16,13 +16,13 @@ def _through(path: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         return
     if not paged_kernel.available():
         pytest.skip("the C++ kernel does not build here")
-    for kernel in (paged_kernel, elementwise_kernel):
-        kernel.set_scalar_only(path == "portable kernel")
+    kernel = block_kernel.load()
+    assert kernel is not None
+    kernel.set_scalar_only(path == "portable kernel")  # one switch for every kernel of the extension
     try:
         yield path
     finally:
-        for kernel in (paged_kernel, elementwise_kernel):
-            kernel.set_scalar_only(False)
+        kernel.set_scalar_only(False)
 
 
 @pytest.fixture(params=["kernel", "portable kernel", "sdpa"])
