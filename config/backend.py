@@ -61,6 +61,11 @@ class BackendSettings(EngineSettings):
         default="smollm2", description="path to a .gguf file or HF folder, or a named model (smollm2)")
     served_model_name: str | None = Field(
         default=None, description="the model's name in the API (default: the named model, else the file's stem)")
+    cpu_wait: Literal["auto", "passive", "spin", "active"] = Field(
+        default="auto", description="how torch's idle CPU workers wait between a step's ops: passive (sleep at "
+        "once), spin (poll ~20,000 times, then sleep), active (always poll: fastest on cores given to the replica "
+        "alone, several times slower on busy shared ones); auto: spin if every thread finds an idle CPU at start, "
+        "else passive; OMP_WAIT_POLICY or GOMP_SPINCOUNT in the environment win over auto")
     host: str = "127.0.0.1"
     port: int = Field(default=9001, ge=0, le=65535)
     max_body_bytes: int = Field(

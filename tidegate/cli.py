@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from config import AutoscaleSettings, BackendSettings, Settings, SettingsError, load_settings
+from tidegate import cpu_wait
 from tidegate.autoscale import ReplicaRange, parse_replicas, parse_schedule, schedule_problem
 from tidegate.settings_flags import add_settings_flags
 
@@ -121,12 +121,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"tidegate model pull: {exc}", file=sys.stderr)
                 return 1
             return 0
-        if args.command == "backend":
-            # Before torch loads libgomp, which reads this once: its idle workers then sleep instead of spinning,
-            # which on a busy machine cost several times a step's CPU (docs/engine.md, Performance).
-            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         if args.command in ("backend", "gateway"):
             args.settings = settings_from_args(args, args.command, args.setting_fields)
+        if args.command == "backend":
+            # before torch loads libgomp, which reads its wait policy once
+            backend = args.settings.backend
+            args.cpu_wait = cpu_wait.apply(backend.cpu_wait, backend.threads)
         elif args.command == "up":
             args.settings = settings_from_args(args, "autoscale", args.setting_fields)
             problem = args.schedule and schedule_problem(args.replicas, args.schedule)

@@ -171,6 +171,7 @@ def main(args: argparse.Namespace) -> int:
     """Entry point of `tidegate backend`: resolve the model, then serve until interrupted."""
     settings: BackendSettings = args.settings.backend
     configure_logging(settings.log_level)
+    log.info("torch CPU workers wait: %s", getattr(args, "cpu_wait", "as the environment says"))
     try:
         model_path = resolve(settings.model, args.settings.resolved_model_dir())
     except ModelCacheError as exc:
