@@ -33,9 +33,10 @@ using namespace tidegate_simd;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kMinSplitBlocks = 4;  // a split range shorter than this costs more to merge than it saves
-// Multiply-adds below which a second thread costs more than it gains: the step is memory-bound, and waking a
-// passive OpenMP worker for each of a step's 30 calls cost more than one batch-1 call (measured, 2-core AVX2).
-constexpr int64_t kSerialWork = 1 << 21;
+// Multiply-adds below which a second thread costs more than it gains: waking a passive OpenMP worker for each
+// of a step's 30 calls costs more than one batch-1 call, while at 4 and 8 sequences of 300 tokens two threads
+// took 0.6x and 0.55x the time of one (measured, 2-core AVX2; docs/benchmarks.md).
+constexpr int64_t kSerialWork = 1 << 19;
 
 struct Cache {
   const float* keys;
