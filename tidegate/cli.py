@@ -123,10 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command in ("backend", "gateway"):
             args.settings = settings_from_args(args, args.command, args.setting_fields)
-        if args.command == "backend":
-            # before torch loads libgomp, which reads its wait policy once
-            backend = args.settings.backend
-            args.cpu_wait = cpu_wait.apply(backend.cpu_wait, backend.threads)
+            if args.command == "backend":  # before torch loads libgomp, which reads its wait policy once
+                backend = args.settings.backend
+                args.cpu_wait = cpu_wait.apply(backend.cpu_wait, backend.threads)
         elif args.command == "up":
             args.settings = settings_from_args(args, "autoscale", args.setting_fields)
             problem = args.schedule and schedule_problem(args.replicas, args.schedule)
