@@ -36,25 +36,27 @@ def stack(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterato
     workdir = tmp_path_factory.mktemp("replicas")
     backends = [backend_process(workdir, model_path, f"backend-{i}", None, "--kv-cache-memory", "96MiB",
                                 "--max-num-seqs", "32", "--threads", "1", "--queue-timeout", "150") for i in range(2)]
-    for backend in backends:  # both load at once: one at a time was 15 s more of the module's setup
-        backend.launch()
-    for backend in backends:
-        backend.wait_healthy(timeout=180)
-    gateway = GatewayProcess.create(
-        workdir, [f"{b.url}/v1" for b in backends], health_check_interval=0.5,
-        # two CPU replicas hold 64 of the storm's 200 requests at once: the rest wait their turn upstream
-        timeouts={"connect": 1.0, "first_token": 150.0, "idle": 60.0, "total": 300.0},
-        breaker={"consecutive_failures": 2, "cooldown": 2.0, "min_requests": 50},
-        retries={"max_attempts": 3, "backoff_base": 0.05},
-        priority_classes={"realtime": {"max_concurrency": 256, "queue_size": 512, "queue_timeout": 120.0},
-                          "batch": {"max_concurrency": 4, "queue_size": 8, "queue_timeout": 5.0}},
-        channel_max_concurrency=256,
-    ).start()
-    _, secret = gateway.new_key({"max_concurrency": 256})
-    try:
+    gateway: GatewayProcess | None = None
+    try:  # whatever started is stopped, also when a later start fails (a failed gateway once orphaned both)
+        for backend in backends:  # both load at once: one at a time was 15 s more of the module's setup
+            backend.launch()
+        for backend in backends:
+            backend.wait_healthy(timeout=180)
+        gateway = GatewayProcess.create(
+            workdir, [f"{b.url}/v1" for b in backends], health_check_interval=0.5,
+            # two CPU replicas hold 64 of the storm's 200 requests at once: the rest wait their turn upstream
+            timeouts={"connect": 1.0, "first_token": 150.0, "idle": 60.0, "total": 300.0},
+            breaker={"consecutive_failures": 2, "cooldown": 2.0, "min_requests": 50},
+            retries={"max_attempts": 3, "backoff_base": 0.05},
+            priority_classes={"realtime": {"max_concurrency": 256, "queue_size": 512, "queue_timeout": 120.0},
+                              "batch": {"max_concurrency": 4, "queue_size": 8, "queue_timeout": 5.0}},
+            channel_max_concurrency=256,
+        ).start()
+        _, secret = gateway.new_key({"max_concurrency": 256})
         yield Stack(gateway, backends, secret)
     finally:
-        gateway.stop()
+        if gateway is not None:
+            gateway.stop()
         for backend in backends:
             backend.stop()
 
