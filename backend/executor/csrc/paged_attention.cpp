@@ -33,10 +33,10 @@ using namespace tidegate_simd;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kMinSplitBlocks = 4;  // a split range shorter than this costs more to merge than it saves
-// Multiply-adds below which a second thread costs more than it gains: waking a passive OpenMP worker for each
-// of a step's 30 calls costs more than one batch-1 call, while at 4 and 8 sequences of 300 tokens two threads
-// took 0.6x and 0.55x the time of one (measured, 2-core AVX2; docs/benchmarks.md).
-constexpr int64_t kSerialWork = 1 << 19;
+// Multiply-adds below which a second thread costs more than it gains. One sequence of 300 tokens (173k) gains:
+// its decode step took 0.96x the time with the key ranges split over two threads, two sequences 0.92x, with
+// spinning and with sleeping OpenMP workers alike (measured, 2-core AVX2; docs/benchmarks.md).
+constexpr int64_t kSerialWork = 1 << 16;
 
 struct Cache {
   const float* keys;
