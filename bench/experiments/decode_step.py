@@ -1,11 +1,12 @@
 """Time of one engine-shaped decode step of the model, alone: B sequences, each C tokens of context.
 
-    .venv/bin/python -m bench.experiments.decode_step --batch 1,8,32 --context 320 --threads 2
+    .venv/bin/python -m bench.experiments.decode_step --batch 1,8,32 --context 320 --threads 2 [--prefill 256]
 
 The model runs its forward and logits over a paged cache with each sequence's blocks scattered through the
 pool (or, with `--consecutive`, in order, as a fresh pool hands them out), as the runner does, with fresh metadata and one attention plan per step. Reports the median step, the
 median time (wall and process CPU) of the weight matrix products alone for the same rows, and with `--profile` the top torch ops of
-three steps; `--batch` takes a list, measured one after the other in one process. `--thread` runs the steps in a second thread, as the engine's step loop does. Only the public
+three steps; `--batch` takes a list, measured one after the other in one process; `--prefill 256` also times one sequence's
+first prefill step of 256 prompt tokens (logits of its last row only, as the runner asks). `--thread` runs the steps in a second thread, as the engine's step loop does. Only the public
 model API is used (`load_model`, `model.ops`, `model(...)`, `compute_logits`), and checkouts from before
 `model.ops` are measured the same way, so the script compares a change against its base. `--ab-torch-rows`
 also times the step with torch's row-wise ops (norms, rotation, SiLU-and-mul: `torch_ops()`'s) in place of the
@@ -54,6 +55,25 @@ def step_fn(model: LlamaModel, batch: int, context: int, consecutive: bool = Fal
         ops = getattr(model, "ops", None)  # older checkouts planned inside the model, from the metadata
         plan = meta if ops is None else ops.attention.plan(meta, BLOCK, model.dtype)
         model.compute_logits(model(ids, positions, caches, plan))
+
+    return step
+
+
+def prefill_fn(model: LlamaModel, tokens: int) -> Callable[[], None]:
+    """One sequence's first prefill chunk of `tokens` prompt tokens over an empty cache, logits of its last row."""
+    cfg = model.config
+    per_seq = -(-tokens // BLOCK)
+    shape = (per_seq, BLOCK, cfg.num_kv_heads, cfg.head_dim)
+    caches = [(torch.zeros(shape), torch.zeros(shape)) for _ in range(cfg.num_layers)]
+    table = torch.arange(per_seq, dtype=torch.int32)[None]
+    ids = torch.randint(1000, cfg.vocab_size, (tokens,))
+    positions = torch.arange(tokens)
+
+    def step() -> None:
+        meta = AttentionMetadata(torch.tensor([0, tokens], dtype=torch.int32), torch.tensor([tokens], dtype=torch.int32),
+                                 table.clone(), torch.arange(tokens), tokens, tokens)
+        plan = model.ops.attention.plan(meta, BLOCK, model.dtype)
+        model.compute_logits(model(ids, positions, caches, plan)[-1:])
 
     return step
 
@@ -140,6 +160,7 @@ def main() -> None:
                         help="print the top torch ops of three steps, and the torch calls a step makes")
     parser.add_argument("--profile-rows", type=int, default=8, help="how many ops --profile lists")
     parser.add_argument("--quantization", default="none", choices=["auto", "none", "int8", "int4"])
+    parser.add_argument("--prefill", default="", help="also time one sequence's prefill step of these prompt lengths")
     parser.add_argument("--ab-torch-rows", action="store_true",
                         help="also time steps with torch's row-wise ops, alternating with the model's own")
     args = parser.parse_args()
@@ -169,6 +190,10 @@ def main() -> None:
                     calls = sum(1 for event in prof.events() if event.cpu_parent is None)
                     print(f"batch {batch}: {calls / 3:.0f} torch calls per step")
 
+    prefills = {}
+    with torch.inference_mode():
+        for tokens in (int(n) for n in args.prefill.split(",") if n):
+            prefills[tokens] = median_ms(prefill_fn(model, tokens), args.runs)
     if args.thread:
         worker = threading.Thread(target=measure)
         worker.start()
@@ -180,6 +205,9 @@ def main() -> None:
         print(f"decode step, batch {batch}, context {args.context}, {args.threads} threads, in {where}: "
               f"{step_ms:.1f} ms median ({step_cpu:.1f} CPU ms); weight products alone {products_ms:.1f} ms "
               f"({products_cpu:.1f} CPU ms)")
+    for tokens, (prefill_ms, prefill_cpu) in prefills.items():
+        print(f"prefill step, {tokens} prompt tokens, {args.threads} threads: {prefill_ms:.1f} ms median "
+              f"({prefill_cpu:.1f} CPU ms)")
     for batch, (torch_ms, own_ms, saved_ms) in ab.items():
         print(f"batch {batch}, alternating: torch's row-wise ops {torch_ms:.1f} CPU ms, the model's {own_ms:.1f}; "
               f"median difference of {args.runs} pairs {saved_ms:.1f} CPU ms")
