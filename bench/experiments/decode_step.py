@@ -35,12 +35,26 @@ from backend.loading.model_cache import pull
 BLOCK = 16
 
 
+def _caches(model: LlamaModel, num_blocks: int, fill: Callable[..., torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    cfg = model.config
+    shape = (num_blocks, BLOCK, cfg.num_kv_heads, cfg.head_dim)
+    return [(fill(shape), fill(shape)) for _ in range(cfg.num_layers)]
+
+
+def _forward(model: LlamaModel, meta: AttentionMetadata, ids: torch.Tensor, positions: torch.Tensor,
+             caches: list[tuple[torch.Tensor, torch.Tensor]], last_row_only: bool = False) -> None:
+    """The model's forward and logits for one step, planned as the runner plans it."""
+    ops = getattr(model, "ops", None)  # older checkouts planned inside the model, from the metadata
+    plan = meta if ops is None else ops.attention.plan(meta, BLOCK, model.dtype)
+    hidden = model(ids, positions, caches, plan)
+    model.compute_logits(hidden[-1:] if last_row_only else hidden)
+
+
 def step_fn(model: LlamaModel, batch: int, context: int, consecutive: bool = False) -> Callable[[], None]:
     cfg = model.config
     per_seq = -(-context // BLOCK)
     num_blocks = batch * per_seq + 8
-    shape = (num_blocks, BLOCK, cfg.num_kv_heads, cfg.head_dim)
-    caches = [(torch.randn(shape), torch.randn(shape)) for _ in range(cfg.num_layers)]
+    caches = _caches(model, num_blocks, torch.randn)
     order = torch.arange(num_blocks) if consecutive else torch.randperm(num_blocks)
     tables = order[: batch * per_seq].view(batch, per_seq).int()
     ids = torch.randint(1000, cfg.vocab_size, (batch,))
@@ -52,28 +66,23 @@ def step_fn(model: LlamaModel, batch: int, context: int, consecutive: bool = Fal
             torch.arange(batch + 1, dtype=torch.int32), torch.full((batch,), context, dtype=torch.int32),
             tables.clone(), slots.clone(), 1, context,
         )
-        ops = getattr(model, "ops", None)  # older checkouts planned inside the model, from the metadata
-        plan = meta if ops is None else ops.attention.plan(meta, BLOCK, model.dtype)
-        model.compute_logits(model(ids, positions, caches, plan))
+        _forward(model, meta, ids, positions, caches)
 
     return step
 
 
 def prefill_fn(model: LlamaModel, tokens: int) -> Callable[[], None]:
     """One sequence's first prefill chunk of `tokens` prompt tokens over an empty cache, logits of its last row."""
-    cfg = model.config
     per_seq = -(-tokens // BLOCK)
-    shape = (per_seq, BLOCK, cfg.num_kv_heads, cfg.head_dim)
-    caches = [(torch.zeros(shape), torch.zeros(shape)) for _ in range(cfg.num_layers)]
+    caches = _caches(model, per_seq, torch.zeros)
     table = torch.arange(per_seq, dtype=torch.int32)[None]
-    ids = torch.randint(1000, cfg.vocab_size, (tokens,))
+    ids = torch.randint(1000, model.config.vocab_size, (tokens,))
     positions = torch.arange(tokens)
 
     def step() -> None:
         meta = AttentionMetadata(torch.tensor([0, tokens], dtype=torch.int32), torch.tensor([tokens], dtype=torch.int32),
                                  table.clone(), torch.arange(tokens), tokens, tokens)
-        plan = model.ops.attention.plan(meta, BLOCK, model.dtype)
-        model.compute_logits(model(ids, positions, caches, plan)[-1:])
+        _forward(model, meta, ids, positions, caches, last_row_only=True)
 
     return step
 
@@ -169,6 +178,7 @@ def main() -> None:
     batches = [int(b) for b in args.batch.split(",")]
     results: dict[int, tuple[tuple[float, float], tuple[float, float]]] = {}
     ab: dict[int, tuple[float, float, float]] = {}
+    prefills: dict[int, tuple[float, float]] = {}
 
     own = model.ops if args.ab_torch_rows else None  # checkouts from before model.ops run without the A/B
 
@@ -189,11 +199,8 @@ def main() -> None:
                     # The ops Python called, not those they called in turn.
                     calls = sum(1 for event in prof.events() if event.cpu_parent is None)
                     print(f"batch {batch}: {calls / 3:.0f} torch calls per step")
-
-    prefills = {}
-    with torch.inference_mode():
-        for tokens in (int(n) for n in args.prefill.split(",") if n):
-            prefills[tokens] = median_ms(prefill_fn(model, tokens), args.runs)
+            for tokens in (int(n) for n in args.prefill.split(",") if n):
+                prefills[tokens] = median_ms(prefill_fn(model, tokens), args.runs)
     if args.thread:
         worker = threading.Thread(target=measure)
         worker.start()

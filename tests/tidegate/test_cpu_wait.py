@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,33 +64,35 @@ torch.set_num_threads(2)
 a = torch.randn(512, 512)
 for _ in range(20):
     a @ a  # a parallel region: its worker then waits for the next one
-def others():  # CPU seconds of every thread but this one
-    me, total = str(os.getpid()), 0
+def others():  # (CPU seconds, all asleep) of every thread but this one
+    me, total, asleep = str(os.getpid()), 0, True
     for task in os.listdir("/proc/self/task"):
         if task != me:
             with open(f"/proc/self/task/{task}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
             total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
-before = others()
-if sys.argv[2] == "window":
-    time.sleep(1.0)  # the interval measured: what the idle worker does meanwhile
-else:  # "until": a polling worker gets there within a second on an idle machine, a starved one later
-    deadline = time.monotonic() + 30
-    while others() - before < 0.2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-print(json.dumps(others() - before))
+            asleep = asleep and fields[0] in "SD"
+    return total / os.sysconf("SC_CLK_TCK"), asleep
+before = others()[0]
+deadline = time.monotonic() + 30  # a starved worker gets there late, a healthy one at once
+while time.monotonic() < deadline:
+    cpu, asleep = others()
+    if asleep if sys.argv[2] == "asleep" else cpu - before >= 0.2:
+        break
+    time.sleep(0.02)
+print(json.dumps({"asleep": asleep, "cpu": cpu - before}))
 """
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists() or (os.cpu_count() or 1) < 2, reason="needs Linux, 2 CPUs")
 def test_active_workers_poll_while_spinning_and_passive_ones_sleep() -> None:
-    def worker_cpu(policy: str, measure: str) -> float:
+    def idle_worker(policy: str, until: str) -> dict[str, Any]:
         env = {k: v for k, v in os.environ.items() if k not in cpu_wait.VARIABLES}
-        done = subprocess.run([sys.executable, "-c", WORKER_CPU, policy, measure], capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-c", WORKER_CPU, policy, until], capture_output=True, text=True,
                               cwd=ROOT, env=env, timeout=120, check=True)
-        return float(json.loads(done.stdout.strip().splitlines()[-1]))
+        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        return result
 
-    assert worker_cpu("passive", "window") < 0.1
-    assert worker_cpu("spin", "window") < 0.1  # a short poll after each op, then sleep: nothing between steps
-    assert worker_cpu("active", "until") >= 0.2  # keeps polling with nothing to do
+    assert idle_worker("passive", "asleep")["asleep"]
+    assert idle_worker("spin", "asleep")["asleep"]  # a short poll after each op, then sleep: nothing between steps
+    assert idle_worker("active", "cpu")["cpu"] >= 0.2  # keeps polling with nothing to do
