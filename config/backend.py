@@ -45,7 +45,7 @@ class EngineSettings(BaseModel):
     speculative_model: str | None = Field(
         default=None, description="the draft model for --speculative draft (same tokenizer, smaller)")
     num_speculative_tokens: int = Field(
-        default=4, ge=1, le=16, description="most draft tokens verified per sequence and step")
+        default=6, ge=1, le=16, description="most draft tokens verified per sequence and step")
 
     @model_validator(mode="after")
     def _draft_needs_a_model(self) -> EngineSettings:

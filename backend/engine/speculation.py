@@ -1,11 +1,12 @@
 """Speculative decoding, the engine's side: which sequences get draft tokens this step, how many, and what
 the verification did to their KV and counters.
 
-Drafts come from prompt lookup (n-gram): the last n tokens of a sequence (n from 3 down to 1) are searched
+Drafts come from prompt lookup (n-gram): the last n tokens of a sequence (n from 4 down to 1) are searched
 for in its prompt and output so far, and the tokens that followed the most recent earlier match are
 proposed; or from a smaller draft model (`backend.engine.draft_model`). The runner computes a drafted sequence's last token and its k drafts in one chunk of 1 + k query
-tokens; `backend.executor.verification` keeps the accepted prefix plus one token. Each sequence adapts its
-draft length to an average of its acceptance rate and pauses when drafts do not pay; when more than
+tokens; `backend.executor.verification` keeps the accepted prefix plus one token. Each sequence estimates,
+per source of drafts (the match's length n, or the draft model), how likely each drafted token is to be
+accepted, and drafts only as many tokens as pay for the query rows they add; when more than
 `MAX_SPECULATING_SEQS` sequences decode at once the step is compute-bound and nobody drafts.
 """
 
@@ -22,17 +23,22 @@ from backend.engine.sequence import Sequence, SequenceStatus
 from backend.executor.model_config import ModelConfig
 from config.backend import EngineSettings
 
-NGRAM_MAX, NGRAM_MIN = 3, 1
+NGRAM_MAX, NGRAM_MIN = 4, 1
+DRAFT_MODEL = 0  # the source key of a draft model's proposals (prompt lookup's are the match length, 1 to 4)
 # Beyond this many decoding sequences a CPU step is compute-bound: extra query tokens cost their full price.
 MAX_SPECULATING_SEQS = 4
-EWMA_WEIGHT = 0.3  # of the newest step's acceptance rate
-PAUSE_BELOW = 0.2  # acceptance rate under which drafts cost more than they save
-PAUSE_STEPS, MAX_PAUSE_STEPS = 8, 128
+# What one more query row adds to a one-token decode step on CPU, as a share of that step: SmolLM2-135M on two
+# cores, 10.6 ms for 1 row, then +2.0, +1.7, +2.6 and +3.5 ms for rows 2 to 5 (docs/benchmarks.md).
+ROW_COST = 0.25
+PRIOR = 0.6  # per-token acceptance assumed for a source of drafts not seen yet: two draft tokens
+EWMA_WEIGHT = 0.3  # of the newest verification's per-token acceptance
+RECOVERY = 0.05  # pull toward PRIOR on each step a source is found but not worth drafting: nothing is shut out for good
 
 
-def propose_ngram(token_ids: list[int], k: int, max_n: int = NGRAM_MAX, min_n: int = NGRAM_MIN) -> list[int]:
+def propose_ngram(token_ids: list[int], k: int, max_n: int = NGRAM_MAX, min_n: int = NGRAM_MIN
+                  ) -> tuple[list[int], int]:
     """Up to k tokens that followed the most recent earlier occurrence of the sequence's last n tokens,
-    trying the longest n first; [] when none of them occurred before."""
+    trying the longest n first, and that n; ([], 0) when none of them occurred before."""
     length = len(token_ids)
     last = token_ids[-1]
     for n in range(min(max_n, length - 1), min_n - 1, -1):
@@ -40,19 +46,43 @@ def propose_ngram(token_ids: list[int], k: int, max_n: int = NGRAM_MAX, min_n: i
         # the match must end before the suffix itself, and leave at least one token to propose
         for end in range(length - 2, n - 2, -1):
             if token_ids[end] == last and token_ids[end - n + 1 : end + 1] == suffix:
-                return token_ids[end + 1 : end + 1 + k]
-    return []
+                return token_ids[end + 1 : end + 1 + k], n
+    return [], 0
+
+
+def worth_drafting(acceptance: float, limit: int, decoding: int = 1) -> int:
+    """How many draft tokens pay, at most `limit`, when each is accepted with probability `acceptance` given
+    the one before: the j-th adds acceptance ** j expected tokens for one more query row, and pays while that
+    exceeds the row's cost in tokens of a step of `decoding` sequences (ROW_COST at one, rising toward 1)."""
+    threshold = ROW_COST * decoding / (1 + ROW_COST * (decoding - 1))
+    k = 0
+    while k < limit and acceptance ** (k + 1) > threshold:
+        k += 1
+    return k
 
 
 @dataclass(slots=True)
 class DraftState:
-    """One sequence's speculation: its current draft length and how well its drafts have done."""
+    """One sequence's speculation: how well the drafts of each source have done, and the pending draft's source."""
 
-    k: int
-    acceptance: float = 1.0  # exponentially weighted acceptance rate of its drafted tokens
-    paused_steps: int = 0  # decode steps left without drafts
-    pauses: int = 0  # how often it was paused; each pause is twice as long as the one before
+    acceptance: dict[int, float] = field(default_factory=dict)  # per-token, exponentially weighted, by source
+    source: int = DRAFT_MODEL
     draft_kv: DraftKV = field(default_factory=DraftKV)  # draft-model mode: its own KV's extent
+
+    def draft_length(self, source: int, limit: int, decoding: int) -> int:
+        """Tokens worth drafting from `source` now (0 lets its estimate recover a little toward PRIOR)."""
+        self.source = source
+        estimate = self.acceptance.get(source, PRIOR)
+        k = worth_drafting(estimate, limit, decoding)
+        if k == 0:
+            self.acceptance[source] = estimate + RECOVERY * (PRIOR - estimate)
+        return k
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        """Fold in a verification: `accepted` of `drafted` tokens, one rejection after them unless all passed."""
+        trials = accepted + (accepted < drafted)
+        estimate = self.acceptance.get(self.source, PRIOR)
+        self.acceptance[self.source] = estimate + EWMA_WEIGHT * (accepted / trials - estimate)
 
 
 @dataclass(slots=True)
@@ -113,17 +143,18 @@ class Speculator:
         for seq in decoding:
             if not speculates(seq):
                 continue
-            state = seq.draft_state = seq.draft_state or DraftState(self.max_k)
-            if state.paused_steps:
-                state.paused_steps -= 1
-                continue
+            state = seq.draft_state = seq.draft_state or DraftState()
             # the verification adds one token of its own, and no step may pass max_tokens
-            k = min(state.k, seq.params.max_tokens - seq.num_completion_tokens - 1)
-            if k <= 0:
+            limit = min(self.max_k, seq.params.max_tokens - seq.num_completion_tokens - 1)
+            if limit <= 0:
                 continue
             if self.draft_model is None:
-                seq.draft_token_ids = propose_ngram(seq.token_ids, k)
-            elif self.pool.can_grow(seq, seq.num_tokens + k, reserve=len(running)):
+                proposal, n = propose_ngram(seq.token_ids, limit)
+                if proposal:
+                    seq.draft_token_ids = proposal[: state.draft_length(n, len(proposal), len(decoding))]
+                continue
+            k = state.draft_length(DRAFT_MODEL, limit, len(decoding))
+            if k and self.pool.can_grow(seq, seq.num_tokens + k, reserve=len(running)):
                 self.pool.grow(seq, seq.num_tokens + k)  # the draft's KV goes where the target's will
                 wanted.append(DraftView.of(seq, k))
         return wanted
@@ -155,14 +186,5 @@ class Speculator:
         stats.num_draft_tokens += drafted
         stats.num_accepted_tokens += accepted
         stats.num_emitted_tokens += emitted
-        state = seq.draft_state
-        if state is None:
-            return
-        state.acceptance += EWMA_WEIGHT * (accepted / drafted - state.acceptance)
-        if state.acceptance < PAUSE_BELOW:
-            state.pauses += 1
-            state.paused_steps = min(PAUSE_STEPS << (state.pauses - 1), MAX_PAUSE_STEPS)
-            state.acceptance = 2 * PAUSE_BELOW  # a fresh, modest start after the pause
-            state.k = 1
-        else:
-            state.k = max(1, min(self.max_k, round(state.acceptance * self.max_k) + 1))
+        if seq.draft_state is not None:
+            seq.draft_state.observe(drafted, accepted)

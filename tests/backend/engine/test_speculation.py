@@ -13,7 +13,7 @@ import torch
 from backend.engine import draft_model
 from backend.engine.core import Engine, EngineConfig
 from backend.engine.sampling_params import SamplingParams
-from backend.engine.speculation import propose_ngram
+from backend.engine.speculation import DraftState, propose_ngram, worth_drafting
 from backend.loading.loader import load_model
 from tests.backend.tiny_models import tiny_config, tiny_hf_model, write_hf_folder
 
@@ -22,10 +22,36 @@ GROUNDED = ("The lighthouse keeper climbed the stairs at dusk, lit the great lam
 
 
 def test_prompt_lookup_proposes_what_followed_the_longest_recent_match() -> None:
-    assert propose_ngram([1, 2, 3, 9, 9, 1, 2, 3], 2) == [9, 9]
-    assert propose_ngram([5, 3, 7, 4, 3, 8, 1, 3], 3) == [8, 1, 3]  # n = 1: the most recent earlier 3
-    assert propose_ngram([1, 2, 3, 4], 4) == []
-    assert propose_ngram([7, 7, 7], 4) == [7]  # the match may overlap the suffix, never be it
+    assert propose_ngram([1, 2, 3, 9, 9, 1, 2, 3], 2) == ([9, 9], 3)
+    assert propose_ngram([5, 3, 7, 4, 3, 8, 1, 3], 3) == ([8, 1, 3], 1)  # the most recent earlier 3
+    assert propose_ngram([4, 1, 2, 3, 5, 0, 4, 1, 2, 3], 1) == ([5], 4)
+    assert propose_ngram([1, 2, 3, 4], 4) == ([], 0)
+    assert propose_ngram([7, 7, 7], 4) == ([7], 2)  # the match may overlap the suffix, never be it
+
+
+def test_drafts_are_as_long_as_their_acceptance_pays_for() -> None:
+    # at one decoding sequence a row costs a quarter of a step: the j-th draft pays while p ** j > 0.25
+    assert [worth_drafting(p, 16) for p in (0.0, 0.2, 0.3, 0.6, 0.9, 1.0)] == [0, 0, 1, 2, 13, 16]
+    assert worth_drafting(0.9, 4) == 4
+    # more decoding sequences make each row dearer against the tokens a step yields
+    assert [worth_drafting(0.6, 16, n) for n in (1, 2, 3, 4)] == [2, 1, 1, 1]
+    assert worth_drafting(0.5, 16, 4) == 0
+
+
+def test_each_source_of_drafts_keeps_its_own_acceptance_and_recovers_after_failing() -> None:
+    state = DraftState()
+    assert state.draft_length(3, 6, 1) == 2  # nothing seen yet: the prior
+    for _ in range(6):
+        state.observe(2, 2)  # every draft from 3-token matches accepted
+    assert state.draft_length(3, 6, 1) == 6
+    assert state.draft_length(1, 6, 1) > 0
+    for _ in range(6):
+        state.observe(4, 0)  # 1-token matches keep failing
+    assert state.draft_length(1, 6, 1) == 0 and state.draft_length(3, 6, 1) == 6
+    steps = 0
+    while state.draft_length(1, 6, 1) == 0:  # declined matches pull the estimate back toward the prior
+        steps += 1
+    assert 1 <= steps <= 40
 
 
 def _run(engine: Engine, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
@@ -77,11 +103,12 @@ def test_a_draft_model_proposes_greedy_tokens_that_verify_to_the_same_output(
         return loaded_model
 
     monkeypatch.setattr(draft_model, "load_model", load_draft)
-    # the served model as its own draft: every draft is right, so each step emits K + 1 tokens
+    # the served model as its own draft: every draft is right, so drafts lengthen (1, 2, then K = 3 tokens at
+    # two decoding sequences) and 12 tokens take a prefill and four steps
     engine = make_engine(speculative="draft", speculative_model=str(model_path), num_speculative_tokens=3)
     assert _run(engine, prompts, params) == plain
     stats = engine.stats()
-    assert stats.spec_accepted_tokens == stats.spec_draft_tokens > 0 and stats.steps <= 4
+    assert stats.spec_accepted_tokens == stats.spec_draft_tokens > 0 and stats.steps <= 5
     assert stats.kv_blocks_free == stats.kv_blocks_total
 
 
