@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from backend.executor.fused_step import FusedLayers
 from backend.executor.model_config import ModelConfig
 from backend.executor.ops import ModelOps, ops_for
 from backend.executor.quant_blocks import Weight, as_float, concat_rows
@@ -129,6 +130,7 @@ class LlamaModel(nn.Module):
         )
         # The head in `ops.pack`'s form, after loading: a copy, since a tied embedding lookup needs the plain one.
         self.packed_head: torch.Tensor | None = None
+        self.fused: FusedLayers | None = None  # the layers as one C++ call for decode steps, where they allow it
 
     @torch.inference_mode()
     def forward(
@@ -144,6 +146,10 @@ class LlamaModel(nn.Module):
         """
         embed = self.embed_tokens
         x = F.embedding(input_ids, embed) if isinstance(embed, torch.Tensor) else embed.rows(input_ids, self.dtype)
+        if self.fused is not None:
+            hidden = self.fused.run(x, positions, kv_caches, plan)
+            if hidden is not None:
+                return hidden
         residual: torch.Tensor | None = None
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
             x, residual = layer(x, residual, positions, kv_cache, plan)
@@ -162,6 +168,7 @@ class LlamaModel(nn.Module):
         self._copy_weights(weights, quantization)
         if self.ops.pack is not None:
             self._pack_matrices(self.ops.pack)
+        self.fused = FusedLayers.build(self)
 
     @torch.inference_mode()
     def _copy_weights(self, weights: Mapping[str, Weight], quantization: str) -> None:

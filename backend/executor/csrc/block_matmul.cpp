@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "block_format.h"
+#include "model_ops.h"
 
 namespace {
 
@@ -225,10 +226,20 @@ torch::Tensor dequantize(const torch::Tensor& quants, const torch::Tensor& scale
 
 }  // namespace
 
+torch::Tensor tidegate_ops::block_linear(const torch::Tensor& x, const torch::Tensor& quants,
+                                         const torch::Tensor& scales, const c10::optional<torch::Tensor>& mins,
+                                         int64_t kind, int64_t activation_bits) {
+  return ::block_linear(x, quants, scales, mins, kind, activation_bits);
+}
+
+// The products run without the GIL, as torch's own ops do, so that the server's event loop keeps going meanwhile.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("linear", &block_linear, "y = x @ W.T for a weight in GGML blocks (1-8 rows: 8- or 16-bit activations if asked)");
+  const auto no_gil = pybind11::call_guard<pybind11::gil_scoped_release>();
+  m.def("linear", &block_linear, "y = x @ W.T for a weight in GGML blocks (1-8 rows: 8- or 16-bit activations if asked)",
+        no_gil);
   m.def("quantize_activations", &quantize_activations, "rows as the integer path quantizes them (tests)");
-  m.def("dequantize", &dequantize, "rows of a weight in GGML blocks as float32");
+  m.def("dequantize", &dequantize, "rows of a weight in GGML blocks as float32", no_gil);
   m.def("uses_avx2", &use_avx2, "whether the AVX2+FMA+F16C path runs on this CPU");
   m.def("set_scalar_only", &set_scalar_only, "run the portable paths of every kernel even where AVX2 is there (tests)");
+  tidegate_ops::bind_decode_stack(m);
 }

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model_ops.h"
 #include "vector_math.h"
 
 namespace {
@@ -265,6 +266,18 @@ void rotate_(const torch::Tensor& qk, const torch::Tensor& positions, const torc
 }
 
 }  // namespace
+
+torch::Tensor tidegate_ops::rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  return ::rms_norm(x, weight, eps);
+}
+torch::Tensor tidegate_ops::add_rms_norm(const torch::Tensor& x, const torch::Tensor& residual,
+                                         const torch::Tensor& weight, double eps) {
+  return ::add_rms_norm(x, residual, weight, eps);
+}
+torch::Tensor tidegate_ops::silu_and_mul(const torch::Tensor& gate_up) { return ::silu_and_mul(gate_up); }
+void tidegate_ops::rotate_(const torch::Tensor& qk, const torch::Tensor& positions, const torch::Tensor& table) {
+  ::rotate_(qk, positions, table);
+}
 
 TORCH_LIBRARY_FRAGMENT(tidegate, m) {
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor", &rms_norm);

@@ -25,6 +25,7 @@
 #include <limits>
 #include <vector>
 
+#include "model_ops.h"
 #include "vector_math.h"
 
 namespace {
@@ -325,6 +326,16 @@ void write_kv(const torch::Tensor& k, const torch::Tensor& v, const torch::Tenso
 }
 
 }  // namespace
+
+void tidegate_ops::paged_attention(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
+                                   const torch::Tensor& out, const torch::Tensor& starts, const torch::Tensor& q_lens,
+                                   const torch::Tensor& context_lens, const torch::Tensor& block_tables, double scale) {
+  ::paged_attention(q, k_cache, v_cache, out, starts, q_lens, context_lens, block_tables, scale);
+}
+void tidegate_ops::write_kv(const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& k_cache,
+                            const torch::Tensor& v_cache, const torch::Tensor& slots) {
+  ::write_kv(k, v, k_cache, v_cache, slots);
+}
 
 TORCH_LIBRARY(tidegate, m) {
   m.def("paged_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor(a!) out, Tensor starts, Tensor q_lens, "
