@@ -6,7 +6,8 @@ The model runs its forward and logits over a paged cache with each sequence's bl
 pool (or, with `--consecutive`, in order, as a fresh pool hands them out), as the runner does, with fresh metadata and one attention plan per step. Reports the median step, the
 median time (wall and process CPU) of the weight matrix products alone for the same rows, and with `--profile` the top torch ops of
 three steps; `--batch` takes a list, measured one after the other in one process; `--prefill 256` also times one sequence's
-first prefill step of 256 prompt tokens (logits of its last row only, as the runner asks). `--thread` runs the steps in a second thread, as the engine's step loop does. Only the public
+first prefill step of 256 prompt tokens (logits of its last row only, as the runner asks); `--verify 2,4,6` also
+times steps whose every sequence verifies that many draft tokens (1 + k query rows, logits of each). `--thread` runs the steps in a second thread, as the engine's step loop does. Only the public
 model API is used (`load_model`, `model.ops`, `model(...)`, `compute_logits`), and checkouts from before
 `model.ops` are measured the same way, so the script compares a change against its base. `--ab-torch-rows`
 also times the step with torch's row-wise ops (norms, rotation, SiLU-and-mul: `torch_ops()`'s) in place of the
@@ -50,21 +51,25 @@ def _forward(model: LlamaModel, meta: AttentionMetadata, ids: torch.Tensor, posi
     model.compute_logits(hidden[-1:] if last_row_only else hidden)
 
 
-def step_fn(model: LlamaModel, batch: int, context: int, consecutive: bool = False) -> Callable[[], None]:
+def step_fn(model: LlamaModel, batch: int, context: int, consecutive: bool = False, rows: int = 1
+            ) -> Callable[[], None]:
+    """B sequences of C tokens of context, each computing its last `rows` tokens (1: a decode; 1 + k: the
+    verification of k draft tokens), with the logits of every row."""
     cfg = model.config
     per_seq = -(-context // BLOCK)
     num_blocks = batch * per_seq + 8
     caches = _caches(model, num_blocks, torch.randn)
     order = torch.arange(num_blocks) if consecutive else torch.randperm(num_blocks)
     tables = order[: batch * per_seq].view(batch, per_seq).int()
-    ids = torch.randint(1000, cfg.vocab_size, (batch,))
-    positions = torch.full((batch,), context - 1)
-    slots = tables[:, -1].long() * BLOCK + (context - 1) % BLOCK
+    ids = torch.randint(1000, cfg.vocab_size, (batch * rows,))
+    offsets = torch.arange(context - rows, context)
+    positions = offsets.repeat(batch)
+    slots = (tables[:, offsets // BLOCK].long() * BLOCK + offsets % BLOCK).reshape(-1)
 
     def step() -> None:
         meta = AttentionMetadata(
-            torch.arange(batch + 1, dtype=torch.int32), torch.full((batch,), context, dtype=torch.int32),
-            tables.clone(), slots.clone(), 1, context,
+            torch.arange(batch + 1, dtype=torch.int32) * rows, torch.full((batch,), context, dtype=torch.int32),
+            tables.clone(), slots.clone(), rows, context,
         )
         _forward(model, meta, ids, positions, caches)
 
@@ -170,13 +175,16 @@ def main() -> None:
     parser.add_argument("--profile-rows", type=int, default=8, help="how many ops --profile lists")
     parser.add_argument("--quantization", default="none", choices=["auto", "none", "int8", "int4"])
     parser.add_argument("--prefill", default="", help="also time one sequence's prefill step of these prompt lengths")
+    parser.add_argument("--verify", default="0",
+                        help="draft tokens each sequence verifies (0: a plain decode); a comma-separated list for several")
     parser.add_argument("--ab-torch-rows", action="store_true",
                         help="also time steps with torch's row-wise ops, alternating with the model's own")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model = load_model(pull("smollm2", quiet=True), quantization=args.quantization).model
     batches = [int(b) for b in args.batch.split(",")]
-    results: dict[int, tuple[tuple[float, float], tuple[float, float]]] = {}
+    drafts = [int(k) for k in args.verify.split(",")]
+    results: dict[tuple[int, int], tuple[tuple[float, float], tuple[float, float]]] = {}
     ab: dict[int, tuple[float, float, float]] = {}
     prefills: dict[int, tuple[float, float]] = {}
 
@@ -185,8 +193,10 @@ def main() -> None:
     def measure() -> None:
         with torch.inference_mode():
             for batch in batches:
+                for k in drafts:
+                    results[batch, k] = (median_ms(step_fn(model, batch, args.context, args.consecutive, 1 + k), args.runs),
+                                         median_ms(products_fn(model, batch * (1 + k)), args.runs))
                 step = step_fn(model, batch, args.context, args.consecutive)
-                results[batch] = (median_ms(step, args.runs), median_ms(products_fn(model, batch), args.runs))
                 if own is not None:
                     ab[batch] = paired_cpu_ms(running(model, with_torch_rows(own), step), running(model, own, step),
                                               args.runs)
@@ -208,8 +218,9 @@ def main() -> None:
     else:
         measure()
     where = "a second thread" if args.thread else "the main thread"
-    for batch, ((step_ms, step_cpu), (products_ms, products_cpu)) in results.items():
-        print(f"decode step, batch {batch}, context {args.context}, {args.threads} threads, in {where}: "
+    for (batch, k), ((step_ms, step_cpu), (products_ms, products_cpu)) in results.items():
+        kind = f"decode step, batch {batch}" if k == 0 else f"verification step, batch {batch} x (1 + {k} rows)"
+        print(f"{kind}, context {args.context}, {args.threads} threads, in {where}: "
               f"{step_ms:.1f} ms median ({step_cpu:.1f} CPU ms); weight products alone {products_ms:.1f} ms "
               f"({products_cpu:.1f} CPU ms)")
     for tokens, (prefill_ms, prefill_cpu) in prefills.items():
