@@ -150,9 +150,10 @@ class BackendServer:
                 self.on_fatal()
             return
         self.serving.engine = self.engine
-        log.info("model %s ready as %r in %.1fs (max_model_len %d, generation defaults %s)", self.model_path,
-                 self.served_name, time.monotonic() - started, self.engine.max_model_len,
-                 self.serving.generation_defaults)
+        log.info("model %s ready as %r in %.1fs (max_model_len %d, generation defaults %s, decode steps: %s)",
+                 self.model_path, self.served_name, time.monotonic() - started, self.engine.max_model_len,
+                 self.serving.generation_defaults,
+                 "layers in one C++ call" if self.engine.runner.model.fused else "the Python layer loop")
 
     async def _warm_up(self, engine: Engine) -> None:
         prompt = engine.tokenizer.encode("Hello", add_special_tokens=True)

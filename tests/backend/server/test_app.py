@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from backend import Delta, Engine, EngineConfig, GenerateRequest
 from backend.engine.sampling_params import SamplingParams
+from backend.executor import block_kernel
 from backend.loading.loader import LoadedModel
 from backend.server.app import BackendServer, create_app, served_model_name
 from backend.server.tracing import setup_backend_tracing
@@ -92,6 +93,14 @@ def prompt_ids(engine: Engine, prompt: str | None = None, messages: list[dict[st
 def test_health_answers_503_while_loading_then_200(backend_server: BackendProcess) -> None:
     assert backend_server.first_health == (503, {"status": "loading"})
     assert httpx.get(backend_server.url + "/health").json() == {"status": "ok"}
+
+
+def test_the_ready_line_says_how_decode_steps_run(backend_server: BackendProcess) -> None:
+    ready = [line for line in backend_server.log().splitlines() if " ready as " in line]
+    assert len(ready) == 1
+    # the default Q4_1 model in blocks, with the extension built: the layers go to C++ in one call
+    built = block_kernel.load() is not None
+    assert ("decode steps: layers in one C++ call" if built else "decode steps: the Python layer loop") in ready[0]
 
 
 def test_models_lists_the_served_name(client: openai.OpenAI) -> None:
