@@ -41,14 +41,28 @@ def propose_ngram(token_ids: list[int], k: int, max_n: int = NGRAM_MAX, min_n: i
     """Up to k tokens that followed the most recent earlier occurrence of the sequence's last n tokens,
     trying the longest n first, and that n; ([], 0) when none of them occurred before."""
     length = len(token_ids)
-    last = token_ids[-1]
-    for n in range(min(max_n, length - 1), min_n - 1, -1):
-        suffix = token_ids[length - n :]
-        # the match must end before the suffix itself, and leave at least one token to propose
-        for end in range(length - 2, n - 2, -1):
-            if token_ids[end] == last and token_ids[end - n + 1 : end + 1] == suffix:
-                return token_ids[end + 1 : end + 1 + k], n
-    return [], 0
+    if length < 2:
+        return [], 0
+    # Every step searches the whole history: the scan for the last token runs in C (list.index over a
+    # reversed copy), and only its occurrences are compared further back in Python.
+    backwards = token_ids[::-1]
+    last, longest = backwards[0], min(max_n, length - 1)
+    best_n, best_end, at = 0, -1, 1
+    while best_n < longest:
+        try:
+            at = backwards.index(last, at)
+        except ValueError:
+            break
+        end = length - 1 - at  # the match ends here, before the suffix; it may overlap it
+        n = 1
+        while n < longest and n <= end and token_ids[end - n] == backwards[n]:
+            n += 1
+        if n > best_n:  # the most recent occurrence of each length wins
+            best_n, best_end = n, end
+        at += 1
+    if best_n < min_n:
+        return [], 0
+    return token_ids[best_end + 1 : best_end + 1 + k], best_n
 
 
 def worth_drafting(acceptance: float, limit: int, decoding: int = 1) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,25 @@ def test_prompt_lookup_proposes_what_followed_the_longest_recent_match() -> None
     assert propose_ngram([4, 1, 2, 3, 5, 0, 4, 1, 2, 3], 1) == ([5], 4)
     assert propose_ngram([1, 2, 3, 4], 4) == ([], 0)
     assert propose_ngram([7, 7, 7], 4) == ([7], 2)  # the match may overlap the suffix, never be it
+
+
+def _lookup_as_written(token_ids: list[int], k: int, max_n: int, min_n: int) -> tuple[list[int], int]:
+    """The lookup's definition, literally: longest n first, then the most recent match of it."""
+    length = len(token_ids)
+    for n in range(min(max_n, length - 1), min_n - 1, -1):
+        for end in range(length - 2, n - 2, -1):
+            if token_ids[end - n + 1 : end + 1] == token_ids[length - n :]:
+                return token_ids[end + 1 : end + 1 + k], n
+    return [], 0
+
+
+def test_prompt_lookup_agrees_with_its_definition_on_random_histories() -> None:
+    rng = random.Random(7)
+    for _ in range(3000):
+        ids = [rng.randrange(rng.choice([2, 3, 5, 20])) for _ in range(rng.randint(1, 60))]
+        k, max_n = rng.randint(1, 7), rng.randint(1, 5)
+        min_n = rng.randint(1, max_n)
+        assert propose_ngram(ids, k, max_n, min_n) == _lookup_as_written(ids, k, max_n, min_n), (ids, k, max_n, min_n)
 
 
 def test_drafts_are_as_long_as_their_acceptance_pays_for() -> None:
