@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from backend.executor import elementwise_kernel
-from backend.executor.block_linear import ACTIVATION_BITS, KINDS, BlockWeight
+from backend.executor.block_linear import ACTIVATION_BITS, GROUP, KINDS, BlockWeight
 from backend.executor.torch_attention import TorchAttention, TorchAttentionPlan
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ class FusedLayers:
         layers = cast("list[DecoderLayer]", list(model.layers))
         for layer in layers:
             matrices = [getattr(layer, name) for name in _MATRICES]
-            if not all(isinstance(m, BlockWeight) for m in matrices):
+            if not all(isinstance(m, BlockWeight) and m.shape[0] % GROUP == 0 for m in matrices):
                 return None
             bias = layer.qkv_bias
             tensors += [layer.input_norm.weight, layer.post_norm.weight, _ABSENT if bias is None else bias]

@@ -49,7 +49,7 @@ def _packed_product(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
 
 def _kernel_product(x: torch.Tensor, weight: BlockWeight, activations: str) -> torch.Tensor:
     bits, kind = ACTIVATION_BITS[activations], KINDS[weight.kind]
-    out: torch.Tensor = weight.kernel.linear(x, weight.quants, weight.scales, weight.mins, kind, bits)
+    out: torch.Tensor = weight.kernel.linear(x, weight.quants, weight.scales, weight.mins, kind, bits, weight.shape[0])
     return out
 
 

@@ -1,5 +1,5 @@
 // GGML's 32-value blocks as block_matmul.cpp, block_gemm.cpp and block_integer_dot.cpp read them: the
-// repacked matrix, the exact dequantization of one block, and activations quantized for integer products.
+// interleaved matrix, the exact dequantization of its blocks, and activations quantized for integer products.
 #pragma once
 
 #include <c10/util/Half.h>
@@ -14,96 +14,109 @@ using namespace tidegate_simd;
 
 enum Kind : int64_t { Q4_0 = 0, Q4_1 = 1, Q8_0 = 2 };
 constexpr int64_t kBlock = 32;
-constexpr int64_t kFewRows = 8;  // activation rows that share each unpacked weight block: one decode tile
-constexpr int64_t kPanel = 16;  // output rows of a dequantized GEMM panel: two 8-float vectors at each k
+constexpr int64_t kGroup = 8;  // output rows interleaved together: one int32 lane each in a 256-bit vector
+constexpr int64_t kFewRows = 8;  // activation rows of the integer decode path; more run as a GEMM
+constexpr int64_t kPanel = 16;  // output rows of a dequantized GEMM panel: two groups, two 8-float vectors at each k
 
+// A matrix of `out` rows in the interleaved layout block_linear.py packs: the rows in groups of kGroup (the last
+// padded with zero rows), and within a group each block's quant bytes in 2-byte units, unit u of the group's row
+// i at byte 16 u + 2 i. Widened to int16, a 16-byte unit vector holds two values of each of the 8 rows side by
+// side, which is what one madd needs to form a 2-value dot product per row: a group's block meets an activation
+// pair broadcast, with its 8 sums in the lanes of one vector (no horizontal sums), and one float16 load gives the
+// group's 8 scales of the block (scales and mins are [groups][blocks][8]).
 struct Matrix {
   const uint8_t* quants;
   const c10::Half* scales;
   const c10::Half* mins;  // Q4_1 only
-  int64_t in;
+  int64_t in, out;
   Kind kind;
 
   int64_t blocks() const { return in / kBlock; }
-  int64_t row_bytes() const { return kind == Q8_0 ? in : in / 2; }
+  int64_t groups() const { return (out + kGroup - 1) / kGroup; }
+  int64_t block_bytes() const { return kind == Q8_0 ? kBlock : kBlock / 2; }  // of one row
+  const uint8_t* group_block(int64_t g, int64_t b) const { return quants + (g * blocks() + b) * kGroup * block_bytes(); }
+  // Byte j of block b of row o, and the block's scale and minimum.
+  uint8_t byte(int64_t o, int64_t b, int64_t j) const {
+    return group_block(o / kGroup, b)[(j / 2) * 2 * kGroup + (o % kGroup) * 2 + j % 2];
+  }
+  int64_t scale_index(int64_t o, int64_t b) const { return (o / kGroup * blocks() + b) * kGroup + o % kGroup; }
 };
 
-// Activation rows quantized per 32-value block into T (int8_t or int16_t): q [rows, in], and per block
-// [rows, in / 32] the scale d and d * sum(q) (Q4_1's minimum term).
-template <typename T>
+// Activation rows quantized per 32-value block to integers of at most `levels` in magnitude (127: llama.cpp's
+// 8-bit activations, 32767: 16-bit ones), kept as int16 either way: q [rows, in], and per block [rows, in / 32]
+// the scale d and d * sum(q) (Q4_1's minimum term).
 struct QuantizedRows {
-  T* q;
+  int16_t* q;
   float* d;
   float* s;
 };
 
-// Up to kFewRows rows quantized, then multiplied with output rows [begin, end) in integer dot products
-// (block_integer_dot.cpp; instantiated for int8_t and int16_t).
-template <typename T>
-void quantize_rows_scalar(const float* x, int64_t rows, int64_t in, const QuantizedRows<T>& out);
-template <typename T>
-void integer_rows_scalar(const Matrix& w, const QuantizedRows<T>& x, int64_t rows, float* y, int64_t out_features,
-                         int64_t begin, int64_t end);
+// Up to kFewRows rows quantized, then multiplied with the output groups [begin, end) in integer dot products
+// (block_integer_dot.cpp).
+void quantize_rows_scalar(const float* x, int64_t rows, int64_t in, float levels, const QuantizedRows& out);
+void integer_rows_scalar(const Matrix& w, const QuantizedRows& x, int64_t rows, float* y, int64_t begin, int64_t end);
 
 // The 32 float32 values of block b of output row o.
 inline void dequantize_block_scalar(const Matrix& w, int64_t o, int64_t b, float* out) {
-  const int64_t nb = w.blocks();
-  const float d = static_cast<float>(w.scales[o * nb + b]);
-  const uint8_t* q = w.quants + o * w.row_bytes() + b * (w.kind == Q8_0 ? kBlock : kBlock / 2);
+  const float d = static_cast<float>(w.scales[w.scale_index(o, b)]);
   if (w.kind == Q8_0) {
-    for (int j = 0; j < kBlock; ++j) out[j] = static_cast<float>(static_cast<int8_t>(q[j])) * d;
+    for (int j = 0; j < kBlock; ++j) out[j] = static_cast<float>(static_cast<int8_t>(w.byte(o, b, j))) * d;
     return;
   }
-  const float m = w.kind == Q4_1 ? static_cast<float>(w.mins[o * nb + b]) : 0.0f;
+  const float m = w.kind == Q4_1 ? static_cast<float>(w.mins[w.scale_index(o, b)]) : 0.0f;
   const int offset = w.kind == Q4_0 ? 8 : 0;
   for (int j = 0; j < kBlock / 2; ++j) {
-    out[j] = static_cast<float>((q[j] & 15) - offset) * d + m;
-    out[j + 16] = static_cast<float>((q[j] >> 4) - offset) * d + m;
+    const uint8_t q = w.byte(o, b, j);
+    out[j] = static_cast<float>((q & 15) - offset) * d + m;
+    out[j + 16] = static_cast<float>((q >> 4) - offset) * d + m;
   }
 }
 
 #if defined(__x86_64__)
 AVX2_TARGET inline float half_to_float(c10::Half h) { return _cvtsh_ss(h.x); }
 
-AVX2_TARGET inline void dequantize_block_avx2(const Matrix& w, int64_t o, int64_t b, __m256 v[4]) {
-  const int64_t nb = w.blocks();
-  const __m256 d = _mm256_set1_ps(half_to_float(w.scales[o * nb + b]));
-  __m128i parts[4];
-  if (w.kind == Q8_0) {
-    const uint8_t* q = w.quants + o * w.row_bytes() + b * kBlock;
-    for (int i = 0; i < 4; ++i) parts[i] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8 * i));
-  } else {
-    const uint8_t* q = w.quants + o * w.row_bytes() + b * (kBlock / 2);
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-    const __m128i low4 = _mm_set1_epi8(15);
-    __m128i lo = _mm_and_si128(raw, low4);
-    __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low4);
-    if (w.kind == Q4_0) {
-      lo = _mm_sub_epi8(lo, _mm_set1_epi8(8));
-      hi = _mm_sub_epi8(hi, _mm_set1_epi8(8));
-    }
-    parts[0] = lo;
-    parts[1] = _mm_srli_si128(lo, 8);
-    parts[2] = hi;
-    parts[3] = _mm_srli_si128(hi, 8);
+// The 8 rows at positions k and k + 1, as signed bytes (the first 8 and the last 8), dequantized and stored at
+// out + k * stride and out + (k + 1) * stride.
+AVX2_TARGET inline void store_positions(__m128i rows2, __m256 d, __m256 m, bool with_min, float* out, int64_t k,
+                                        int64_t stride) {
+  for (int e = 0; e < 2; ++e) {
+    const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(e == 0 ? rows2 : _mm_srli_si128(rows2, 8)));
+    // q * d is exact in float32: one rounding, as the scalar q * d + m
+    _mm256_storeu_ps(out + (k + e) * stride, with_min ? _mm256_fmadd_ps(v, d, m) : _mm256_mul_ps(v, d));
   }
-  for (int i = 0; i < 4; ++i) v[i] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[i]));
-  if (w.kind == Q4_1) {
-    const __m256 m = _mm256_set1_ps(half_to_float(w.mins[o * nb + b]));
-    for (int i = 0; i < 4; ++i) v[i] = _mm256_fmadd_ps(v[i], d, m);  // q * d is exact: one rounding, as q * d + m
-  } else {
-    for (int i = 0; i < 4; ++i) v[i] = _mm256_mul_ps(v[i], d);
+}
+
+// Block b of the kGroup rows of group g, dequantized exactly: the 8 rows' values at position k (a vector, row i
+// in lane i) stored at out + k * stride.
+AVX2_TARGET inline void dequantize_group_avx2(const Matrix& w, int64_t g, int64_t b, float* out, int64_t stride) {
+  const uint8_t* q = w.group_block(g, b);
+  const int64_t at = (g * w.blocks() + b) * kGroup;
+  const bool with_min = w.kind == Q4_1;
+  const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales + at)));
+  const __m256 m = with_min ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.mins + at)))
+                            : _mm256_setzero_ps();
+  // Bytes 2 i + e of a unit are row i's: the even bytes first, then the odd ones, so that each 8 bytes are the
+  // 8 rows at one position.
+  const __m128i split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m128i low4 = _mm_set1_epi8(15), offset = _mm_set1_epi8(w.kind == Q4_0 ? 8 : 0);
+  for (int64_t u = 0; u < w.block_bytes() / 2; ++u) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * u));
+    if (w.kind == Q8_0) {
+      store_positions(_mm_shuffle_epi8(raw, split), d, m, false, out, 2 * u, stride);
+      continue;
+    }
+    const __m128i low = _mm_sub_epi8(_mm_and_si128(raw, low4), offset);
+    const __m128i high = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), offset);
+    store_positions(_mm_shuffle_epi8(low, split), d, m, with_min, out, 2 * u, stride);
+    store_positions(_mm_shuffle_epi8(high, split), d, m, with_min, out, 2 * u + 16, stride);
   }
 }
 
 // Many rows (prefill, big batches) as a GEMM over the panels [begin, end) of kPanel output rows (block_gemm.cpp).
-AVX2_TARGET void many_rows_avx2(const Matrix& w, const float* x, int64_t rows, float* y, int64_t out_features,
-                                int64_t begin, int64_t end);
-template <typename T>
-AVX2_TARGET void quantize_rows_avx2(const float* x, int64_t rows, int64_t in, const QuantizedRows<T>& out);
-template <typename T>
-AVX2_TARGET void integer_rows_avx2(const Matrix& w, const QuantizedRows<T>& x, int64_t rows, float* y,
-                                   int64_t out_features, int64_t begin, int64_t end);
+AVX2_TARGET void many_rows_avx2(const Matrix& w, const float* x, int64_t rows, float* y, int64_t begin, int64_t end);
+AVX2_TARGET void quantize_rows_avx2(const float* x, int64_t rows, int64_t in, float levels, const QuantizedRows& out);
+AVX2_TARGET void integer_rows_avx2(const Matrix& w, const QuantizedRows& x, int64_t rows, float* y, int64_t begin,
+                                   int64_t end);
 #endif
 
 }  // namespace tidegate_blocks

@@ -13,48 +13,21 @@ namespace {
 constexpr int64_t kRowTile = 6;  // activation rows per GEMM tile: 6 x 2 accumulators, 15 of 16 ymm registers in use
 constexpr int64_t kGroupBytes = 192 * 1024;  // panels dequantized together, sized to stay in a 512 KB L2
 
-// r[j] holds 8 values of row j; afterwards r[k] holds value k of every row.
-AVX2_TARGET inline void transpose8(__m256 r[8]) {
-  __m256 t[8], s[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 2; ++i) {
-    s[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    s[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    s[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    s[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
-    r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
-  }
-}
-
-// Output rows [o, o + kPanel) dequantized k-major: panel[k * kPanel + j] is weight (o + j, k); rows past
-// out_features are zeros. A k step of the GEMM then reads kPanel consecutive weights: two vector loads.
-AVX2_TARGET void dequantize_panel_avx2(const Matrix& w, int64_t o, int64_t out_features, float* panel) {
-  alignas(32) float rows8[8][kBlock];  // one block of 8 output rows, staged in L1 rather than in 32 registers
-  __m256 v[4], cols[8];
-  for (int64_t b = 0; b < w.blocks(); ++b)
-    for (int half = 0; half < kPanel / 8; ++half) {
-      for (int j = 0; j < 8; ++j) {
-        const int64_t row = o + 8 * half + j;
-        if (row < out_features) {
-          dequantize_block_avx2(w, row, b, v);
-        } else {
-          for (int i = 0; i < 4; ++i) v[i] = _mm256_setzero_ps();
-        }
-        for (int i = 0; i < 4; ++i) _mm256_store_ps(rows8[j] + 8 * i, v[i]);
-      }
-      for (int i = 0; i < 4; ++i) {
-        for (int j = 0; j < 8; ++j) cols[j] = _mm256_load_ps(rows8[j] + 8 * i);
-        transpose8(cols);
-        float* dst = panel + (b * kBlock + 8 * i) * kPanel + 8 * half;
-        for (int k = 0; k < 8; ++k) _mm256_storeu_ps(dst + k * kPanel, cols[k]);
+// Output rows [o, o + kPanel) dequantized k-major: panel[k * kPanel + j] is weight (o + j, k); rows past the
+// matrix's last are zeros. A k step of the GEMM then reads kPanel consecutive weights: two vector loads. The
+// interleaved layout already holds each group's rows side by side, so no transpose is needed.
+AVX2_TARGET void dequantize_panel_avx2(const Matrix& w, int64_t o, float* panel) {
+  for (int64_t half = 0; half < kPanel / kGroup; ++half) {
+    const int64_t g = o / kGroup + half;
+    for (int64_t b = 0; b < w.blocks(); ++b) {
+      float* dst = panel + b * kBlock * kPanel + kGroup * half;
+      if (g < w.groups()) {
+        dequantize_group_avx2(w, g, b, dst, kPanel);
+      } else {
+        for (int64_t k = 0; k < kBlock; ++k) _mm256_storeu_ps(dst + k * kPanel, _mm256_setzero_ps());
       }
     }
+  }
 }
 
 // R activation rows times one panel: each x[r, k] is broadcast against the panel's two vectors at k, so the
@@ -92,15 +65,15 @@ constexpr PanelTile kPanelTiles[kRowTile + 1] = {nullptr, panel_tile_avx2<1>, pa
 
 // Many rows, as a GEMM: the thread's panels [begin, end) are dequantized a group at a time into a scratch that
 // stays in L2, and every tile of kRowTile activation rows (in L1) runs through each panel of the group.
-AVX2_TARGET void many_rows_avx2(const Matrix& w, const float* x, int64_t rows, float* y, int64_t out_features,
-                                int64_t begin, int64_t end) {
+AVX2_TARGET void many_rows_avx2(const Matrix& w, const float* x, int64_t rows, float* y, int64_t begin, int64_t end) {
+  const int64_t out_features = w.out;
   const int64_t panel_values = kPanel * w.in;
   const int64_t group = std::max<int64_t>(1, kGroupBytes / (panel_values * int64_t{sizeof(float)}));
   std::vector<float> scratch(group * panel_values);
   for (int64_t g = begin; g < end; g += group) {
     const int64_t panels = std::min(end, g + group) - g;
     for (int64_t p = 0; p < panels; ++p)
-      dequantize_panel_avx2(w, (g + p) * kPanel, out_features, scratch.data() + p * panel_values);
+      dequantize_panel_avx2(w, (g + p) * kPanel, scratch.data() + p * panel_values);
     for (int64_t r0 = 0, tile = 0; r0 < rows; r0 += tile) {
       const int64_t left = rows - r0;
       tile = left > kRowTile && left < 2 * kRowTile ? (left + 1) / 2 : std::min(kRowTile, left);  // no 1- or 2-row tail

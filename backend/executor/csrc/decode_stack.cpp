@@ -12,7 +12,7 @@
 
 namespace {
 
-struct Block {  // one matrix in the block kernel's arrays (block_linear.py's BlockWeight)
+struct Block {  // one matrix in the block kernel's arrays (block_linear.py's BlockWeight), no padding rows
   torch::Tensor quants, scales;
   c10::optional<torch::Tensor> mins;
   int64_t kind;
@@ -85,7 +85,7 @@ class DecodeStack {
 
  private:
   torch::Tensor linear(const torch::Tensor& x, const Block& w) const {
-    return tidegate_ops::block_linear(x, w.quants, w.scales, w.mins, w.kind, bits_);
+    return tidegate_ops::block_linear(x, w.quants, w.scales, w.mins, w.kind, bits_, w.quants.size(0) * 8);
   }
 
   std::vector<Layer> layers_;

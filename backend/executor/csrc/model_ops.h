@@ -10,7 +10,8 @@ namespace tidegate_ops {
 
 // block_matmul.cpp
 torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& quants, const torch::Tensor& scales,
-                           const c10::optional<torch::Tensor>& mins, int64_t kind, int64_t activation_bits);
+                           const c10::optional<torch::Tensor>& mins, int64_t kind, int64_t activation_bits,
+                           int64_t out_features);
 // elementwise.cpp
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 torch::Tensor add_rms_norm(const torch::Tensor& x, const torch::Tensor& residual, const torch::Tensor& weight,
