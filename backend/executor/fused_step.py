@@ -23,7 +23,6 @@ from backend.executor.torch_attention import TorchAttention, TorchAttentionPlan
 if TYPE_CHECKING:
     from backend.executor.model import DecoderLayer, LlamaModel
 
-_MATRICES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 _ABSENT = torch.empty(0)
 
 
@@ -46,7 +45,7 @@ class FusedLayers:
         kernel: ModuleType | None = None
         layers = cast("list[DecoderLayer]", list(model.layers))
         for layer in layers:
-            matrices = [getattr(layer, name) for name in _MATRICES]
+            matrices = [getattr(layer, name) for name in layer.MATRICES]
             if not all(isinstance(m, BlockWeight) and m.shape[0] % GROUP == 0 for m in matrices):
                 return None
             bias = layer.qkv_bias

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -45,9 +46,6 @@ def _add_norm(
     return ops.add_rms_norm(x, residual, norm.weight, norm.eps)
 
 
-_MATRICES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
-
-
 def _linear(
     ops: ModelOps, x: torch.Tensor, weight: torch.Tensor | QuantizedWeight | Vocabulary,
     bias: torch.Tensor | None = None,
@@ -59,6 +57,8 @@ def _linear(
 
 class DecoderLayer(nn.Module):
     """Pre-norm attention + SwiGLU block with merged projections."""
+
+    MATRICES: ClassVar[tuple[str, ...]] = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 
     def __init__(self, config: ModelConfig, dtype: torch.dtype, ops: ModelOps, rotary: Rotary) -> None:
         super().__init__()
@@ -212,7 +212,7 @@ class LlamaModel(nn.Module):
     def _pack_matrices(self, pack: Callable[[torch.Tensor], torch.Tensor]) -> None:
         # Outside inference mode, so that the packed matrices are ordinary tensors like the parameters they replace.
         for layer in self.layers:
-            for name in _MATRICES:
+            for name in DecoderLayer.MATRICES:
                 matrix = getattr(layer, name)
                 if isinstance(matrix, torch.Tensor):
                     delattr(layer, name)
