@@ -25,19 +25,23 @@ namespace {
 
 using namespace tidegate_blocks;
 
+// Each block dequantized once for up to kFewRows activation rows.
 void rows_scalar(const Matrix& w, const float* x, int64_t rows, float* y, int64_t begin, int64_t end) {
   float block[kBlock];
   for (int64_t o = begin; o < end; ++o)
-    for (int64_t r = 0; r < rows; ++r) {
-      float acc = 0.0f;
+    for (int64_t r0 = 0; r0 < rows; r0 += kFewRows) {
+      const int64_t tile = std::min(kFewRows, rows - r0);
+      float acc[kFewRows] = {};
       for (int64_t b = 0; b < w.blocks(); ++b) {
         dequantize_block_scalar(w, o, b, block);
-        const float* xr = x + r * w.in + b * kBlock;
-        float sum = 0.0f;
-        for (int j = 0; j < kBlock; ++j) sum += block[j] * xr[j];
-        acc += sum;
+        for (int64_t r = 0; r < tile; ++r) {
+          const float* xr = x + (r0 + r) * w.in + b * kBlock;
+          float sum = 0.0f;
+          for (int j = 0; j < kBlock; ++j) sum += block[j] * xr[j];
+          acc[r] += sum;
+        }
       }
-      y[r * w.out + o] = acc;
+      for (int64_t r = 0; r < tile; ++r) y[(r0 + r) * w.out + o] = acc[r];
     }
 }
 
