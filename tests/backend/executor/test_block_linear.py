@@ -18,7 +18,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize, quantize
 
 from backend.executor import block_kernel
-from backend.executor.block_linear import BlockWeight, from_blocks
+from backend.executor.block_linear import BlockWeight, from_blocks, interleave
 from backend.executor.model import LlamaModel
 from backend.executor.quant_blocks import BlockQuantized
 from backend.executor.quantized_linear import Int4Weight, Int8Weight, form_for
@@ -61,6 +61,21 @@ def path(request: pytest.FixtureRequest) -> Iterator[str]:
     kernel.set_scalar_only(request.param == "scalar")
     yield request.param
     kernel.set_scalar_only(False)
+
+
+def test_interleave_alternates_the_rows_of_a_group_in_units_and_pads_the_last_group() -> None:
+    """Rows 0-7 form group 0 and rows 8-10 (and 5 zero rows) group 1; within a group's block, unit u of row i
+    sits at u * 8 * unit + i * unit, so a 16-byte load of 2-byte units holds 8 rows side by side."""
+    rows, blocks, n = 11, 3, 16
+    per_row = torch.arange(rows * blocks * n, dtype=torch.int32).view(rows, blocks, n)
+    packed = interleave(per_row, 2)
+    assert packed.shape == (2, blocks * 8 * n)
+    group_blocks = packed.view(2, blocks, n // 2, 8, 2)  # [group][block][unit][row][byte]
+    for o in range(rows):
+        for b in range(blocks):
+            for u in range(n // 2):
+                assert group_blocks[o // 8, b, u, o % 8].tolist() == per_row[o, b, 2 * u:2 * u + 2].tolist()
+    assert not group_blocks[1, :, :, 3:].any()  # the padding rows of the last group
 
 
 @needs_kernel
