@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from backend.executor import elementwise_kernel
-from backend.executor.block_linear import ACTIVATION_BITS, GROUP, KINDS, BlockWeight
+from backend.executor.block_linear import ACTIVATION_BITS, KINDS, BlockWeight
 from backend.executor.torch_attention import TorchAttention, TorchAttentionPlan
 
 if TYPE_CHECKING:
@@ -41,26 +41,28 @@ class FusedLayers:
             return None
         tensors: list[torch.Tensor] = []
         kinds: list[int] = []
+        out_features: list[int] = []
         bits: set[int] = set()
         kernel: ModuleType | None = None
         layers = cast("list[DecoderLayer]", list(model.layers))
         for layer in layers:
             matrices = [getattr(layer, name) for name in layer.MATRICES]
-            if not all(isinstance(m, BlockWeight) and m.shape[0] % GROUP == 0 for m in matrices):
+            if not all(isinstance(m, BlockWeight) for m in matrices):
                 return None
             bias = layer.qkv_bias
             tensors += [layer.input_norm.weight, layer.post_norm.weight, _ABSENT if bias is None else bias]
             for m in matrices:
                 tensors += [m.quants, m.scales, _ABSENT if m.mins is None else m.mins]
                 kinds.append(KINDS[m.kind])
+                out_features.append(m.shape[0])
                 bits.add(ACTIVATION_BITS[m.decode_activations])
                 kernel = m.kernel
         if kernel is None or len(bits) != 1 or not hasattr(kernel, "DecodeStack"):
             return None
         first = layers[0]
         stack = kernel.DecodeStack(
-            tensors, kinds, bits.pop(), first.num_heads, first.num_kv_heads, first.head_dim, model.norm.eps,
-            first.scale, model.norm.weight, model.rotary.cos_sin_cache,
+            tensors, kinds, out_features, bits.pop(), first.num_heads, first.num_kv_heads, first.head_dim,
+            model.norm.eps, first.scale, model.norm.weight, model.rotary.cos_sin_cache,
         )
         return cls(stack)
 

@@ -196,7 +196,9 @@ def main() -> None:
                 for k in drafts:
                     results[batch, k] = (median_ms(step_fn(model, batch, args.context, args.consecutive, 1 + k), args.runs),
                                          median_ms(products_fn(model, batch * (1 + k)), args.runs))
-                step = step_fn(model, batch, args.context, args.consecutive)
+                if own is None and not args.profile:
+                    continue
+                step = step_fn(model, batch, args.context, args.consecutive)  # a paged cache of its own: only if used
                 if own is not None:
                     ab[batch] = paired_cpu_ms(running(model, with_torch_rows(own), step), running(model, own, step),
                                               args.runs)

@@ -75,6 +75,17 @@ inline void dequantize_block_scalar(const Matrix& w, int64_t o, int64_t b, float
 #if defined(__x86_64__)
 AVX2_TARGET inline float half_to_float(c10::Half h) { return _cvtsh_ss(h.x); }
 
+// 16 bytes of Q4 quants as their values in signed bytes: the low nibbles and the high ones (minus 8 for Q4_0).
+struct Nibbles {
+  __m128i low, high;
+};
+
+AVX2_TARGET inline Nibbles split_nibbles(__m128i raw, Kind kind) {
+  const __m128i low4 = _mm_set1_epi8(15), offset = _mm_set1_epi8(kind == Q4_0 ? 8 : 0);
+  return {_mm_sub_epi8(_mm_and_si128(raw, low4), offset),
+          _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), offset)};
+}
+
 // The 8 rows at positions k and k + 1, as signed bytes (the first 8 and the last 8), dequantized and stored at
 // out + k * stride and out + (k + 1) * stride.
 AVX2_TARGET inline void store_positions(__m128i rows2, __m256 d, __m256 m, bool with_min, float* out, int64_t k,
@@ -98,17 +109,15 @@ AVX2_TARGET inline void dequantize_group_avx2(const Matrix& w, int64_t g, int64_
   // Bytes 2 i + e of a unit are row i's: the even bytes first, then the odd ones, so that each 8 bytes are the
   // 8 rows at one position.
   const __m128i split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-  const __m128i low4 = _mm_set1_epi8(15), offset = _mm_set1_epi8(w.kind == Q4_0 ? 8 : 0);
   for (int64_t u = 0; u < w.block_bytes() / 2; ++u) {
     const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * u));
     if (w.kind == Q8_0) {
       store_positions(_mm_shuffle_epi8(raw, split), d, m, false, out, 2 * u, stride);
       continue;
     }
-    const __m128i low = _mm_sub_epi8(_mm_and_si128(raw, low4), offset);
-    const __m128i high = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), offset);
-    store_positions(_mm_shuffle_epi8(low, split), d, m, with_min, out, 2 * u, stride);
-    store_positions(_mm_shuffle_epi8(high, split), d, m, with_min, out, 2 * u + 16, stride);
+    const Nibbles values = split_nibbles(raw, w.kind);
+    store_positions(_mm_shuffle_epi8(values.low, split), d, m, with_min, out, 2 * u, stride);
+    store_positions(_mm_shuffle_epi8(values.high, split), d, m, with_min, out, 2 * u + 16, stride);
   }
 }
 

@@ -64,9 +64,9 @@ AVX2_TARGET void dequantize_row_avx2(const Matrix& w, int64_t o, float* out) {
       bytes[0] = gather_units(q);
       bytes[1] = gather_units(q + 8 * 2 * kGroup);
     } else {
-      const __m128i raw = gather_units(q), low4 = _mm_set1_epi8(15), offset = _mm_set1_epi8(w.kind == Q4_0 ? 8 : 0);
-      bytes[0] = _mm_sub_epi8(_mm_and_si128(raw, low4), offset);
-      bytes[1] = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), offset);
+      const Nibbles values = split_nibbles(gather_units(q), w.kind);
+      bytes[0] = values.low;
+      bytes[1] = values.high;
     }
     for (int i = 0; i < 4; ++i) {
       const __m128i part = i % 2 == 0 ? bytes[i / 2] : _mm_srli_si128(bytes[i / 2], 8);

@@ -12,10 +12,10 @@
 
 namespace {
 
-struct Block {  // one matrix in the block kernel's arrays (block_linear.py's BlockWeight), no padding rows
+struct Block {  // one matrix in the block kernel's arrays (block_linear.py's BlockWeight)
   torch::Tensor quants, scales;
   c10::optional<torch::Tensor> mins;
-  int64_t kind;
+  int64_t kind, out_features;
 };
 
 struct Layer {
@@ -32,19 +32,21 @@ c10::optional<torch::Tensor> present(const torch::Tensor& t) {
 
 class DecodeStack {
  public:
-  // `tensors`: kTensorsPerLayer a layer (an empty tensor for an absent bias or Q4_0/Q8_0 minimums), `kinds`
-  // four a layer (the Kind of qkv, o, gate_up, down).
-  DecodeStack(const std::vector<torch::Tensor>& tensors, const std::vector<int64_t>& kinds, int64_t activation_bits,
+  // `tensors`: kTensorsPerLayer a layer (an empty tensor for an absent bias or Q4_0/Q8_0 minimums), `kinds` and
+  // `out_features` four a layer (the Kind and output rows of qkv, o, gate_up, down).
+  DecodeStack(const std::vector<torch::Tensor>& tensors, const std::vector<int64_t>& kinds,
+              const std::vector<int64_t>& out_features, int64_t activation_bits,
               int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, double eps, double scale,
               torch::Tensor final_norm, torch::Tensor cos_sin)
       : bits_(activation_bits), heads_(num_heads), kv_heads_(num_kv_heads), dim_(head_dim), eps_(eps),
         scale_(scale), final_norm_(std::move(final_norm)), cos_sin_(std::move(cos_sin)) {
-    TORCH_CHECK(tensors.size() % kTensorsPerLayer == 0 && kinds.size() * 15 == tensors.size() * 4,
-                "15 tensors and 4 kinds a layer");
+    TORCH_CHECK(tensors.size() % kTensorsPerLayer == 0 && kinds.size() * 15 == tensors.size() * 4 &&
+                out_features.size() == kinds.size(), "15 tensors, 4 kinds and 4 output sizes a layer");
     for (size_t i = 0; i < tensors.size(); i += kTensorsPerLayer) {
       const torch::Tensor* t = &tensors[i];
       const int64_t* k = &kinds[i / kTensorsPerLayer * 4];
-      auto block = [&](int j) { return Block{t[3 + 3 * j], t[4 + 3 * j], present(t[5 + 3 * j]), k[j]}; };
+      const int64_t* out = &out_features[i / kTensorsPerLayer * 4];
+      auto block = [&](int j) { return Block{t[3 + 3 * j], t[4 + 3 * j], present(t[5 + 3 * j]), k[j], out[j]}; };
       layers_.push_back({t[0], t[1], present(t[2]), block(0), block(1), block(2), block(3)});
     }
   }
@@ -85,7 +87,7 @@ class DecodeStack {
 
  private:
   torch::Tensor linear(const torch::Tensor& x, const Block& w) const {
-    return tidegate_ops::block_linear(x, w.quants, w.scales, w.mins, w.kind, bits_, w.quants.size(0) * 8);
+    return tidegate_ops::block_linear(x, w.quants, w.scales, w.mins, w.kind, bits_, w.out_features);
   }
 
   std::vector<Layer> layers_;
@@ -98,7 +100,7 @@ class DecodeStack {
 
 void tidegate_ops::bind_decode_stack(pybind11::module& m) {
   pybind11::class_<DecodeStack>(m, "DecodeStack", "a decode step's decoder layers in one call (fused_step.py)")
-      .def(pybind11::init<const std::vector<torch::Tensor>&, const std::vector<int64_t>&, int64_t, int64_t, int64_t,
-                          int64_t, double, double, torch::Tensor, torch::Tensor>())
+      .def(pybind11::init<const std::vector<torch::Tensor>&, const std::vector<int64_t>&, const std::vector<int64_t>&,
+                          int64_t, int64_t, int64_t, int64_t, double, double, torch::Tensor, torch::Tensor>())
       .def("run", &DecodeStack::run, pybind11::call_guard<pybind11::gil_scoped_release>());
 }
