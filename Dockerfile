@@ -34,7 +34,7 @@ RUN tidegate model pull smollm2
 # The CPU quantized kernel (--quantization auto) is compiled into the image, so containers need no compiler;
 # the compiler is removed again in the same layer.
 RUN apt-get update && apt-get install -y --no-install-recommends g++ \
-    && python -m backend.executor.block_kernel build \
+    && python -m backend.executor.cpu.block_kernel build \
     && apt-get purge -y --auto-remove g++ && rm -rf /var/lib/apt/lists/*
 
 EXPOSE 8000 9001

@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml | $(PY)
 # first backend's start; where they cannot be built, torch's forms and SDPA serve, so a failure does not stop make.
 model: $(STAMP)
 	$(VENV)/bin/tidegate model pull smollm2
-	-$(PY) -m backend.executor.block_kernel build
+	-$(PY) -m backend.executor.cpu.block_kernel build
 
 run: model
 	$(VENV)/bin/tidegate up

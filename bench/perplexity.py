@@ -8,7 +8,7 @@ in one sequence over a paged cache twice: in chunks of 128 tokens, as the engine
 step, as decode steps run (the block kernel multiplies 1 to 8 rows otherwise than more: engine.md). Then twelve
 varied prompts are decoded greedily for 48 tokens by an engine in each mode, one prompt at a time as at one
 stream; the report counts how many outputs of each mode equal those of `none`. A mode `auto:ACT` is `auto`
-with its blocks' decode products set to ACT (float32, int16 or int8: backend/executor/block_linear.py).
+with its blocks' decode products set to ACT (float32, int16 or int8: backend/executor/cpu/block_linear.py).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import torch
 
 from backend.engine.core import Engine, EngineConfig
 from backend.engine.sampling_params import SamplingParams
-from backend.executor.attention import AttentionMetadata
-from backend.executor.block_linear import BlockWeight
-from backend.executor.model import LlamaModel
-from backend.executor.vocabulary import Vocabulary
+from backend.executor.attention.base import AttentionMetadata
+from backend.executor.cpu.block_linear import BlockWeight
+from backend.executor.model.model import LlamaModel
+from backend.executor.model.vocabulary import Vocabulary
 from backend.loading.loader import LoadedModel, load_model
 from backend.loading.model_cache import resolve
 

@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from config.autoscale import AutoscaleSettings
 from config.backend import BackendSettings
 from config.gateway import GatewaySettings
-from tidegate.url_credentials import redact_url
+from config.url_credentials import redact_url
 
 
 class SettingsError(Exception):

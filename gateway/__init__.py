@@ -12,7 +12,7 @@ __all__ = ["ApiError", "Gateway", "create_app", "create_app_from_env"]
 
 
 def __getattr__(name: str) -> Any:
-    # imported on first use, so that `tidegate admin` (gateway.admin_cli) does not load the whole server
+    # imported on first use, so that `tidegate admin` (tidegate.admin.cli) does not load the whole server
     if name == "ApiError":
         from gateway.errors import ApiError
 

@@ -15,32 +15,32 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from common import openapi
+from common.connection_guard import ConnectionGuard, ConnectionLimits
 from config import GatewaySettings
 from config.admin_key import configured_admin_key
-from gateway.admin_api import AdminApi
-from gateway.admin_money import seed_prices
+from gateway.admin.api import AdminApi
+from gateway.admin.console import console_routes
+from gateway.admin.money import seed_prices
+from gateway.apis.responses.api import ResponsesApi
+from gateway.apis.responses.store import open_response_store
 from gateway.auth import check_token
-from gateway.breaker_sync import BreakerSync
-from gateway.channel_limits import ChannelLimits
-from gateway.channel_registry import ChannelRegistry
-from gateway.channel_throughput import ThroughputWatch
-from gateway.channels import ChannelState, HealthChecker
-from gateway.console import console_routes
+from gateway.channels.breaker_sync import BreakerSync
+from gateway.channels.limits import ChannelLimits
+from gateway.channels.registry import ChannelRegistry
+from gateway.channels.router import Router
+from gateway.channels.state import ChannelState, HealthChecker
+from gateway.channels.throughput import ThroughputWatch
 from gateway.errors import ApiError
-from gateway.ip_limit import IpRateLimitMiddleware
-from gateway.metrics import GatewayMetrics
-from gateway.priority import PriorityPools
-from gateway.proxy import Proxy
-from gateway.response_store import open_response_store
-from gateway.responses_api import ResponsesApi
-from gateway.router import Router
-from gateway.tracing import setup_tracing
-from gateway.upstream import UpstreamClient
+from gateway.observe.metrics import GatewayMetrics
+from gateway.observe.tracing import setup_tracing
+from gateway.path.ip_limit import IpRateLimitMiddleware
+from gateway.path.priority import PriorityPools
+from gateway.path.proxy import Proxy
+from gateway.path.upstream import UpstreamClient
 from gateway.worker_settings import read_worker_settings
 from limiter import MemoryCapacity, RedisCapacity
 from quota import QuotaService, open_redis, open_routing_store, open_store
-from tidegate import openapi
-from tidegate.connection_guard import ConnectionGuard, ConnectionLimits
 
 OPENAPI = openapi.document("tidegate gateway", gateway=True)
 
@@ -133,7 +133,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
     """The app; the store opens and the health checks start when the server starts it (lifespan)."""
     app = Starlette(exception_handlers={Exception: _internal_error, HTTPException: _routing_error})
     limits = settings.server
-    # read by the server's HTTP protocol (tidegate.connection_guard) for every connection it accepts
+    # read by the server's HTTP protocol (common.connection_guard) for every connection it accepts
     guard = ConnectionGuard(ConnectionLimits(limits.header_timeout, limits.max_header_bytes, limits.max_connections))
     app.state.connection_guard = guard
     if settings.ip_rate_limit is not None:  # before anything else, so that a flood never reaches auth

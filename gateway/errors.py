@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tidegate.openai_errors import ApiError, retry_after_headers, unavailable
+from common.openai_errors import ApiError, retry_after_headers, unavailable
 
 __all__ = ["ApiError", "forbidden", "gateway_timeout", "invalid_request", "not_found", "retry_after_headers",
            "unauthorized", "unavailable"]

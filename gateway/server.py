@@ -9,10 +9,10 @@ from typing import Any
 
 import uvicorn
 
+from common.connection_guard import GuardedHttpProtocol
 from config import GatewaySettings
 from config.admin_key import required_admin_key
 from gateway.worker_settings import settings_for_workers
-from tidegate.connection_guard import GuardedHttpProtocol
 
 
 def main(args: argparse.Namespace) -> int:

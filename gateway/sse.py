@@ -1,6 +1,6 @@
 """Reading an upstream's server-sent events: split raw bytes into events, and tell content from framing.
 
-Writing them is `tidegate.event_stream`'s, shared with the backend.
+Writing them is `common.event_stream`'s, shared with the backend.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Tenancy (accounts, sub-accounts, keys), quotas, atomic admission, settlement and the usage ledger."""
 
-from quota.admin import UNSET, QuotaAdmin, hash_secret
+from quota.admin.accounts import UNSET, QuotaAdmin, hash_secret
 from quota.records import (
     Account,
     Admission,
@@ -20,10 +20,10 @@ from quota.records import (
     UsageReport,
     UsageRow,
 )
-from quota.redis_client import RedisClient, open_redis
-from quota.routing_store import RoutingSnapshot, RoutingStore
 from quota.service import QuotaService
-from quota.stores import open_routing_store, open_store
+from quota.stores.open import open_routing_store, open_store
+from quota.stores.redis.client import RedisClient, open_redis
+from quota.stores.routing_store import RoutingSnapshot, RoutingStore
 
 __all__ = [
     "UNSET",

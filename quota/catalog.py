@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from quota.balance import BalanceEntry
 from quota.money import Price
 from quota.records import Account, ApiKey, SubAccount, UsageRow
-from quota.request_audit import AuditRecord
+from quota.rules.balance import BalanceEntry
+from quota.rules.request_audit import AuditRecord
 
 
 @dataclass(slots=True)

@@ -90,7 +90,7 @@ class Spend:
 @dataclass(slots=True)
 class Quote:
     """A request priced at admission: its maximum cost, the prices it will be settled at, the account's
-    multiplier (parts per million) and its calendar bounds (quota/budget.py calendar_bounds)."""
+    multiplier (parts per million) and its calendar bounds (quota/rules/budget.py calendar_bounds)."""
 
     cost: int = 0
     prices: tuple[Price, ...] = ()

@@ -9,11 +9,11 @@ import time
 from abc import ABC, abstractmethod
 from datetime import UTC, datetime
 
-from quota.admin import QuotaAdmin, hash_secret
-from quota.admin_keys import AdminKeys
-from quota.audit import AuditLog
-from quota.money_admin import MoneyAdmin
+from quota.admin.accounts import QuotaAdmin, hash_secret
+from quota.admin.keys import AdminKeys
+from quota.admin.money import MoneyAdmin
 from quota.records import Admission, ApiKey, AuthResult, KeyInfo, NotFound, Reservation
+from quota.rules.audit import AuditLog
 
 LAST_USED_INTERVAL = 60.0  # seconds between two last_used_at writes for one key, per process
 

@@ -17,7 +17,7 @@ from typing import Self
 import redis
 
 from tests.waiting import wait_until
-from tidegate.processes import stop_process, wait_for_health
+from tidegate.stack.processes import stop_process, wait_for_health
 
 __all__ = ["ChildProcess", "RedisServer", "backend_argv", "free_port", "stop_process", "tidegate_argv",
            "wait_for_health", "wait_for_port"]

@@ -14,16 +14,16 @@ from typing import Any
 
 from config import AutoscaleSettings, BackendSettings, Settings, SettingsError, load_settings
 from tidegate import cpu_wait
-from tidegate.autoscale import ReplicaRange, parse_replicas, parse_schedule, schedule_problem
 from tidegate.settings_flags import add_settings_flags
+from tidegate.stack.autoscale import ReplicaRange, parse_replicas, parse_schedule, schedule_problem
 
 # subcommand -> the module that implements it (imported only when run, so each pays for its own imports)
 TIERS = {
-    "up": "tidegate.up",
+    "up": "tidegate.stack.up",
     "backend": "backend.server.app",
     "gateway": "gateway.server",
-    "admin": "gateway.admin_cli",
-    "admin-key": "tidegate.secret_files",
+    "admin": "tidegate.admin.cli",
+    "admin-key": "tidegate.stack.secret_files",
     "bench": "bench.cli",
 }
 GATEWAY_FLAGS = ("host", "port", "redis_url", "workers", "admin_key", "admin_key_file", "data_dir", "log_level")

@@ -23,12 +23,12 @@ from backend.engine.records import Completion, Delta, EngineStats, GenerateReque
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.scheduler import Scheduler
 from backend.engine.sequence import FinishReason, Sequence, SequenceStatus
-from backend.engine.speculation import Speculator
+from backend.engine.spec.speculation import Speculator
 from backend.engine.structured_output import GrammarCompiler
 from backend.engine.validation import validate_request
 from backend.executor.runner import ModelRunner, kv_block_bytes
-from backend.executor.sampler import TokenLogprobs
-from backend.executor.verification import DraftVerifier
+from backend.executor.sample.sampler import TokenLogprobs
+from backend.executor.sample.verification import DraftVerifier
 from backend.loading.loader import LoadedModel, load_model
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from typing import Protocol
 
 from backend.engine.records import Delta
 from backend.engine.sequence import FinishReason, Sequence
-from backend.executor.sampler import TokenLogprobs
+from backend.executor.sample.sampler import TokenLogprobs
 
 
 class Detokenizer(Protocol):

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.sequence import RequestTimings
-from backend.executor.sampler import TokenLogprobs
+from backend.executor.sample.sampler import TokenLogprobs
 
 if TYPE_CHECKING:
     from backend.engine.structured_output import GrammarState

@@ -14,9 +14,9 @@ from backend.engine.sampling_params import SamplingParams
 if TYPE_CHECKING:
     import torch
 
-    from backend.engine.speculation import DraftState
+    from backend.engine.spec.speculation import DraftState
     from backend.engine.structured_output import GrammarState
-    from backend.executor.penalties import PenaltyState
+    from backend.executor.sample.penalties import PenaltyState
 
 
 class SequenceStatus(Enum):

@@ -1,7 +1,7 @@
 """Structured output: constraints compiled to token grammars (xgrammar), cached, and matched per sequence.
 
 xgrammar over llguidance because its per-step mask fill is cheaper on this vocabulary (docs/benchmarks.md,
-`bench.experiments.grammar_mask`); both share the packed int32 bitmask that `backend.executor.token_mask` applies.
+`benchmarks.grammar_mask`); both share the packed int32 bitmask that `backend.executor.sample.token_mask` applies.
 Compiling runs in worker threads with a deadline, never on the step loop, and each constraint is compiled once:
 a bounded LRU keyed by a digest of its kind and source.
 """

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from backend.executor.attention import AttentionMetadata
-from backend.executor.model import LlamaModel
+from backend.executor.attention.base import AttentionMetadata
+from backend.executor.model.model import LlamaModel
 
 DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256)
 

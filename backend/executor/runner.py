@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 import torch
 
-from backend.executor.attention import AttentionMetadata
-from backend.executor.batch import StepBatch as ScheduledBatch
-from backend.executor.batch import StepSequence as Sequence
+from backend.executor.attention.base import AttentionMetadata
 from backend.executor.cuda_graphs import DecodeGraphs
-from backend.executor.model import LlamaModel
-from backend.executor.model_config import ModelConfig
+from backend.executor.model.config import ModelConfig
+from backend.executor.model.model import LlamaModel
+from backend.executor.sample.batch import StepBatch as ScheduledBatch
+from backend.executor.sample.batch import StepSequence as Sequence
 
 log = logging.getLogger(__name__)
 _TYPECODES = {torch.int32: "i", torch.int64: "q"}  # array's 4- and 8-byte signed integers

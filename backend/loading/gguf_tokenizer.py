@@ -13,7 +13,7 @@ from typing import Any
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, pre_tokenizers
 from tokenizers.models import BPE
 
-from backend.executor.model_config import UnsupportedModelError
+from backend.executor.model.config import UnsupportedModelError
 
 _CONTROL, _USER_DEFINED = 3, 4
 

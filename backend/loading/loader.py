@@ -8,11 +8,11 @@ from pathlib import Path
 
 import torch
 
-from backend.executor import quantized_linear
-from backend.executor.model import LlamaModel
-from backend.executor.model_config import ModelConfig, UnsupportedModelError
-from backend.executor.ops import ModelOps
-from backend.executor.quant_blocks import Weight
+from backend.executor.model import quantized_linear
+from backend.executor.model.config import ModelConfig, UnsupportedModelError
+from backend.executor.model.model import LlamaModel
+from backend.executor.model.ops import ModelOps
+from backend.executor.model.quant_blocks import Weight
 from backend.loading.gguf_weights import read_gguf
 from backend.loading.safetensors_weights import read_hf_folder
 from backend.loading.tokenizer import Tokenizer
@@ -35,9 +35,9 @@ def load_model(
 ) -> LoadedModel:
     """Load a `.gguf` file or an HF folder (`config.json` + `*.safetensors` + `tokenizer.json`) onto `device`.
 
-    The model runs `ops`, by default those `backend.executor.ops.ops_for(device, dtype)` picks (Triton on CUDA,
+    The model runs `ops`, by default those `backend.executor.model.ops.ops_for(device, dtype)` picks (Triton on CUDA,
     torch elsewhere). `quantization` (auto, none, int8, int4) keeps matrices quantized on CPU, as
-    `backend.executor.quantized_linear.form_for` says; elsewhere, and where torch lacks the kernels, they
+    `backend.executor.model.quantized_linear.form_for` says; elsewhere, and where torch lacks the kernels, they
     stay float.
 
     Raises FileNotFoundError for a missing path and UnsupportedModelError (a ValueError) naming what is not

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from backend.executor.model_config import ModelConfig, UnsupportedModelError
+from backend.executor.model.config import ModelConfig, UnsupportedModelError
 
 
 def read_hf_folder(folder: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:

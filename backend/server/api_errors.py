@@ -6,7 +6,7 @@ relay and the openai SDK both rely on.
 
 from __future__ import annotations
 
-from tidegate.openai_errors import ApiError, unavailable
+from common.openai_errors import ApiError, unavailable
 
 __all__ = ["ApiError", "internal", "invalid", "model_not_found", "unavailable", "unsupported"]
 

@@ -36,9 +36,9 @@ from backend.server.protocol import Endpoint
 from backend.server.request_log import configure_logging
 from backend.server.serving import OpenAIServing
 from backend.server.tracing import setup_backend_tracing
+from common import openapi
+from common.connection_guard import ConnectionGuard, GuardedHttpProtocol
 from config.backend import BackendSettings
-from tidegate import openapi
-from tidegate.connection_guard import ConnectionGuard, GuardedHttpProtocol
 
 OPENAPI = openapi.document("tidegate backend", gateway=False)
 

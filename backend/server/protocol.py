@@ -19,7 +19,7 @@ from backend.server.body_fields import bool_field, int_field, str_or_none, utf8
 from backend.server.constraints import parse_constraint
 from backend.server.sampling_fields import read_sampling, sampling_params
 from backend.server.tools import ToolRequest, chat_message, parse_tools
-from tidegate.request_body import decode_json
+from common.request_body import decode_json
 
 # Roles the chat template understands; `developer` is OpenAI's newer name for `system`.
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}

@@ -33,15 +33,15 @@ from backend.server.protocol import (
 from backend.server.request_log import CLIENT_GONE, RequestLogLine
 from backend.server.responses import ResponseBuilder, usage
 from backend.server.tools import ToolStream, parse_calls, render_chat
-from tidegate.event_stream import (
+from common.event_stream import (
     DONE_EVENT,
     EventStreamResponse,
     error_event,
     json_event,
     wait_for_disconnect,
 )
-from tidegate.request_body import read_body
-from tidegate.request_id import request_id
+from common.request_body import read_body
+from common.request_id import request_id
 
 if TYPE_CHECKING:
     from backend.engine.core import Engine

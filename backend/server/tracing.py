@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
 from backend.engine.sequence import RequestTimings
+from common.telemetry import INSTRUMENTATION, extract_context, tracer_provider
 from config.gateway import Tracing as TracingSettings
-from tidegate.telemetry import INSTRUMENTATION, extract_context, tracer_provider
 
 
 def _epoch_ns(monotonic_s: float, offset_ns: int) -> int:
@@ -70,7 +70,7 @@ class BackendTracing:
                 "http.request.method": "POST",
                 "http.route": route,
                 "http.response.status_code": status_code,
-                "tidegate.request_id": request_id,
+                "common.request_id": request_id,
                 "gen_ai.request.model": model,
                 "gen_ai.usage.input_tokens": prompt_tokens,
                 "gen_ai.usage.output_tokens": completion_tokens,

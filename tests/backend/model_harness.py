@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from backend.executor.attention import AttentionMetadata
-from backend.executor.model import LlamaModel
+from backend.executor.attention.base import AttentionMetadata
+from backend.executor.model.model import LlamaModel
 
 BLOCK_SIZE = 16
 

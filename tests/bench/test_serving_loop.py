@@ -1,4 +1,4 @@
-"""bench/experiments/serving_loop.py's parts that need no server: per-thread CPU from /proc, and the report."""
+"""benchmarks/serving_loop.py's parts that need no server: per-thread CPU from /proc, and the report."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from bench.experiments.serving_loop import Run, report, thread_cpu
+from benchmarks.serving_loop import Run, report, thread_cpu
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

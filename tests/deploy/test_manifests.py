@@ -18,12 +18,12 @@ from starlette.routing import Route
 from backend.engine.records import EngineStats
 from backend.server.app import BackendServer
 from backend.server.metrics import BackendMetrics
+from common import openapi
 from config import GatewaySettings, Settings
 from config.admin_key import required_admin_key
 from config.backend import BackendSettings
 from gateway.server import drain_seconds
 from tests.deploy.conftest import DEPLOY, ROOT, VARIANTS, Manifests
-from tidegate import openapi
 from tidegate.cli import build_parser, settings_from_args
 
 # the oldest Kubernetes minor still commonly run, and the newest the bundled schemas know

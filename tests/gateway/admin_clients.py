@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from config import GatewaySettings
 from gateway import create_app
-from gateway.console import CONSOLE_PATH
+from gateway.admin.console import CONSOLE_PATH
 from tests.gateway.harness import ADMIN_KEY
 
 PATH_PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from gateway.admin_access import RULES, rule_for
-from quota.admin_keys import Role
+from gateway.admin.access import RULES, rule_for
+from quota.admin.keys import Role
 from tests.gateway.admin_clients import ADMIN_KEY, AdminGateway, admin_routes, filled
 
 READS = ("GET",)

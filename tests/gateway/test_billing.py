@@ -13,7 +13,7 @@ from decimal import Decimal
 import openai
 import pytest
 
-from gateway.admission import estimate_prompt_tokens, max_output_tokens
+from gateway.path.admission import estimate_prompt_tokens, max_output_tokens
 from tests.gateway.harness import ADMIN_KEY, GatewayHarness
 from tests.gateway.upstreams import Fault, MockUpstream
 from tests.servers import RedisServer

@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable
 import httpx
 
 from config import Breaker, Channel, Timeouts
-from gateway.channels import ChannelState, HealthChecker
-from gateway.router import Router
+from gateway.channels.router import Router
+from gateway.channels.state import ChannelState, HealthChecker
 from tests.gateway.upstreams import MockUpstream
 
 Start = Callable[..., Awaitable[MockUpstream]]

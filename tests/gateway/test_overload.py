@@ -6,7 +6,7 @@ import aiohttp
 import pytest
 
 from gateway.errors import ApiError
-from tests.gateway.test_upstream import Start, channel, client_for, request
+from tests.gateway.path.test_upstream import Start, channel, client_for, request
 from tests.gateway.upstreams import Fault
 
 

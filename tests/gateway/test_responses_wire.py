@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.apis.responses.answer import ResponseFrame, answer_response
+from gateway.apis.responses.events import ResponseEvents
+from gateway.apis.responses.request import chat_body
 from gateway.errors import ApiError
-from gateway.responses_answer import ResponseFrame, answer_response
-from gateway.responses_events import ResponseEvents
-from gateway.responses_request import chat_body
 
 WEATHER_TOOL = {"type": "function", "name": "get_weather", "description": "Weather in a city",
                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}, "strict": True}

@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from config import SettingsError, load_settings
+from config.url_credentials import redact_url
 from tests.gateway.harness import GatewayHarness
 from tests.gateway.upstreams import MockUpstream
 from tests.servers import ChildProcess, RedisServer, free_port, tidegate_argv
-from tidegate.url_credentials import redact_url
 
 Start = Callable[..., Awaitable[MockUpstream]]
 StartGateway = Callable[..., Awaitable[GatewayHarness]]

@@ -9,7 +9,7 @@ import pytest
 from redis.asyncio import Redis
 
 from limiter import TokenBucket, libraries
-from quota.calendar import month_index, month_start
+from quota.rules.calendar import month_index, month_start
 from tests.servers import RedisServer
 
 

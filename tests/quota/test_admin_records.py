@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from quota import QuotaService, open_store
-from quota.admin_keys import Role
-from quota.audit import AuditEntry
+from quota.admin.keys import Role
+from quota.rules.audit import AuditEntry
 from tests.quota.conftest import make_tenant, store_settings
 from tests.waiting import wait_until_async
 

@@ -15,10 +15,10 @@ import redis.asyncio
 
 from config.stores import OnRedisDown, RedisDownPolicy
 from quota import Admission, KeyInfo, Level, LimitName, QuotaService, open_store
-from quota.embedded import EmbeddedQuotaService
 from quota.records import UsageRow
-from quota.redis_store import RedisQuotaService
-from quota.unit_cost import unit_costs, unit_costs_by_model
+from quota.rules.unit_cost import unit_costs, unit_costs_by_model
+from quota.stores.embedded.store import EmbeddedQuotaService
+from quota.stores.redis.store import RedisQuotaService
 from tests.quota.conftest import make_durable, make_tenant, restart_durable, store_settings
 from tests.servers import RedisServer
 from tests.waiting import wait_until_async

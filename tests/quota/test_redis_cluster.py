@@ -16,13 +16,13 @@ from redis.crc import key_slot
 from config import Breaker, Channel, Timeouts
 from config.redis_url import ClusterUrl, cluster_url
 from config.stores import StoreSettings
-from gateway.breaker_sync import BreakerSync
-from gateway.channels import ChannelState
+from gateway.channels.breaker_sync import BreakerSync
+from gateway.channels.state import ChannelState
 from limiter import CapacityLimit, RedisCapacity
 from quota import Admission, Level, QuotaService, open_redis, open_routing_store, open_store
-from quota import redis_keys as rk
-from quota.audit import AuditEntry
-from quota.redis_routing import CHANNELS, DRAINING, GROUPS, SEEDED, VERSION
+from quota.rules.audit import AuditEntry
+from quota.stores.redis import keys as rk
+from quota.stores.redis.routing import CHANNELS, DRAINING, GROUPS, SEEDED, VERSION
 from tests.quota.conftest import TEST_REDIS_TIMEOUT, make_tenant
 from tests.quota.redis_workers import process_bursts
 from tests.redis_cluster import RedisClusterServers

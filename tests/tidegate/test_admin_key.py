@@ -126,7 +126,7 @@ def test_image_default_command_does_not_print_the_keys() -> None:
 
 def test_up_banner_names_the_key_files_unless_keys_are_new_or_asked_for(tmp_path: Path,
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    from tidegate.up import ShownKey, print_banner
+    from tidegate.stack.up import ShownKey, print_banner
 
     hidden = ShownKey(STRONG_KEY, tmp_path / "admin_key", show=False)
     api = ShownKey("tg-" + STRONG_KEY, tmp_path / "api_key", show=False)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tidegate.autoscale import ReplicaRange, ScheduleWindow
 from tidegate.cli import build_parser
+from tidegate.stack.autoscale import ReplicaRange, ScheduleWindow
 
 ROOT = Path(__file__).resolve().parents[2]
 SUBCOMMANDS = ["up", "backend", "gateway", "admin", "bench", "model"]
@@ -78,7 +78,7 @@ def test_compose_wiring_agrees_with_the_gateway_config() -> None:
 def test_dockerfile_pins_torch_and_bakes_the_model_and_the_kernel() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert "torch==2.13.0" in text and "tidegate model pull smollm2" in text
-    assert "python -m backend.executor.block_kernel build" in text and "TIDEGATE_KERNEL_DIR=" in text
+    assert "python -m backend.executor.cpu.block_kernel build" in text and "TIDEGATE_KERNEL_DIR=" in text
     for package in ("tidegate", "gateway", "backend", "limiter", "quota", "config", "bench"):
         assert f"COPY {package} ./{package}" in text
 

@@ -1,7 +1,7 @@
 """Triton kernels for the GPU path: paged attention, KV writes, and the fused elementwise ops.
 
-`backend/executor/triton_attention.py` builds the attention backend from the first two, and
-`backend.executor.ops.triton_ops` picks the rest for the model. On CPU the kernels only run under
+`backend/executor/attention/triton_attention.py` builds the attention backend from the first two, and
+`backend.executor.model.ops.triton_ops` picks the rest for the model. On CPU the kernels only run under
 ``TRITON_INTERPRET=1`` (tests).
 """
 

@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from backend.executor.rotary import build_cos_sin_cache
+from backend.executor.model.rotary import build_cos_sin_cache
 
 __all__ = ["apply_rotary", "build_cos_sin_cache", "rotate"]
 
@@ -92,7 +92,7 @@ def apply_rotary(
 def rotate(
     positions: torch.Tensor, qk: torch.Tensor, num_q_heads: int, cos_sin_cache: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The model's rotary op (`backend.executor.rotary.RotaryOp`): q and k heads of `qk`, rotated in place."""
+    """The model's rotary op (`backend.executor.model.rotary.RotaryOp`): q and k heads of `qk`, rotated in place."""
     q, k = qk[:, :num_q_heads], qk[:, num_q_heads:]
     apply_rotary(positions, q, k, cos_sin_cache)
     return q, k

@@ -24,7 +24,7 @@ from backend.engine.structured_output import (
     ConstraintKind,
     GrammarCompiler,
 )
-from backend.executor.token_mask import apply_token_constraints
+from backend.executor.sample.token_mask import apply_token_constraints
 from backend.loading.loader import LoadedModel
 
 YES_NO = Constraint(ConstraintKind.CHOICE, json.dumps(["yes", "no"]), "structured_outputs.choice")

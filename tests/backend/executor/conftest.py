@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from backend.executor import block_kernel, paged_kernel
+from backend.executor.cpu import block_kernel, paged_kernel
 
 
 def _through(path: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:

@@ -12,10 +12,11 @@ import torch
 import torch.nn.functional as F
 
 from backend import Engine, EngineConfig, SamplingParams
-from backend.executor import cpu_linear, elementwise, elementwise_kernel, rotary
-from backend.executor.attention import AttentionMetadata
-from backend.executor.ops import ops_for, torch_ops
-from backend.executor.torch_attention import TorchAttention, TorchAttentionPlan
+from backend.executor.attention.base import AttentionMetadata
+from backend.executor.attention.torch_attention import TorchAttention, TorchAttentionPlan
+from backend.executor.cpu import cpu_linear, elementwise, elementwise_kernel
+from backend.executor.model import rotary
+from backend.executor.model.ops import ops_for, torch_ops
 from backend.loading.loader import load_model
 from tests.backend.tiny_models import tiny_config, tiny_hf_model, write_gguf
 

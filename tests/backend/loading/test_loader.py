@@ -11,7 +11,7 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
 
-from backend.executor.model_config import UnsupportedModelError
+from backend.executor.model.config import UnsupportedModelError
 from backend.loading.loader import load_model
 from tests.backend.model_harness import prefill_logits
 from tests.backend.tiny_models import tiny_config, tiny_hf_model, write_gguf, write_hf_folder

@@ -10,7 +10,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, pre_tokenizers
 from tokenizers.models import BPE
 
-from backend.executor.model_config import UnsupportedModelError
+from backend.executor.model.config import UnsupportedModelError
 from backend.loading.tokenizer import IncrementalDetokenizer, Tokenizer
 
 TEXTS = [

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from backend import Delta, Engine, EngineConfig, GenerateRequest
 from backend.engine.sampling_params import SamplingParams
-from backend.executor import block_kernel
+from backend.executor.cpu import block_kernel
 from backend.loading.loader import LoadedModel
 from backend.server.app import BackendServer, create_app, served_model_name
 from backend.server.tracing import setup_backend_tracing

@@ -12,7 +12,7 @@ from opentelemetry.trace import StatusCode
 from backend.engine.sequence import RequestTimings
 from backend.server.tracing import setup_backend_tracing
 from config.gateway import Tracing as TracingSettings
-from gateway.tracing import setup_tracing
+from gateway.observe.tracing import setup_tracing
 
 
 @pytest.fixture

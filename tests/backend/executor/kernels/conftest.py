@@ -36,7 +36,7 @@ def _import_kernels_interpreted() -> str | None:
         loaded = sys.modules.get("backend.executor.kernels.kv_write")
         if loaded is not None and not isinstance(loaded._kv_write_kernel, InterpretedFunction):
             # With them goes the attention backend, which bound the compiled kernels at its import.
-            stale = ("backend.executor.kernels", "backend.executor.triton_attention")
+            stale = ("backend.executor.kernels", "backend.executor.attention.triton_attention")
             for name in [n for n in sys.modules if n in stale or n.startswith("backend.executor.kernels.")]:
                 del sys.modules[name]
         importlib.import_module("backend.executor.kernels")
@@ -60,7 +60,7 @@ def _interpreter_ready() -> None:
 
 @pytest.fixture
 def device() -> torch.device:
-    """Where the kernels run: CPU (interpreted) in CI, CUDA in bench/experiments/gpu_check.sh."""
+    """Where the kernels run: CPU (interpreted) in CI, CUDA in benchmarks/gpu_check.sh."""
     return torch.device(DEVICE)
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from backend.executor.attention import AttentionMetadata
+from backend.executor.attention.base import AttentionMetadata
 
 
 @dataclass(slots=True)

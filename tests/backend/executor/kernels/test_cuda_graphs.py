@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from backend import Engine, EngineConfig, SamplingParams
-from backend.executor.attention import AttentionMetadata
+from backend.executor.attention.base import AttentionMetadata
 from backend.executor.cuda_graphs import DecodeGraphs
-from backend.executor.model import LlamaModel
-from backend.executor.model_config import ModelConfig
-from backend.executor.ops import triton_ops
+from backend.executor.model.config import ModelConfig
+from backend.executor.model.model import LlamaModel
+from backend.executor.model.ops import triton_ops
 from backend.loading.loader import load_model
 
 TINY = ModelConfig(

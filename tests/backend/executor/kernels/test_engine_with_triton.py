@@ -17,12 +17,12 @@ import torch
 from torch import nn
 
 from backend import Completion, Engine, EngineConfig, SamplingParams
-from backend.executor.ops import ModelOps, ops_for, triton_ops
-from backend.executor.torch_attention import TorchAttention
-from backend.executor.triton_attention import TritonAttention
+from backend.executor.attention.torch_attention import TorchAttention
+from backend.executor.attention.triton_attention import TritonAttention
+from backend.executor.model.ops import ModelOps, ops_for, triton_ops
 from backend.loading.loader import LoadedModel, load_model
 
-# On a GPU (bench/experiments/gpu_check.sh) the engine is exercised by the throughput phase instead.
+# On a GPU (benchmarks/gpu_check.sh) the engine is exercised by the throughput phase instead.
 pytestmark = pytest.mark.skipif(
     os.environ.get("TIDEGATE_KERNEL_DEVICE", "cpu") != "cpu", reason="runs the CPU engine under the interpreter"
 )

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from backend.executor.ops import triton_ops
+from backend.executor.model.ops import triton_ops
 from backend.loading.loader import load_model
 from tests.backend.model_harness import paged_greedy, prefill_logits
 from tests.backend.tiny_models import tiny_config, tiny_hf_model, write_gguf

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend.executor import elementwise
+from backend.executor.cpu import elementwise
 from backend.executor.kernels import add_rms_norm, rms_norm
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend.executor.attention import AttentionMetadata
+from backend.executor.attention.base import AttentionMetadata
+from backend.executor.attention.torch_attention import TorchAttention
 from backend.executor.kernels import write_kv
-from backend.executor.torch_attention import TorchAttention
 
 
 def _caches(

@@ -7,10 +7,10 @@ import dataclasses
 import pytest
 import torch
 
+from backend.executor.attention.torch_attention import TorchAttention
+from backend.executor.attention.triton_attention import TritonAttention
 from backend.executor.kernels import paged_attention
 from backend.executor.kernels.paged_attention import decode_splits
-from backend.executor.torch_attention import TorchAttention
-from backend.executor.triton_attention import TritonAttention
 from tests.backend.executor.kernels.paged_batch import PagedBatch, SeqSpec, dense_attention, make_batch
 
 TOLERANCE = {torch.float32: 2e-5, torch.float16: 3e-3, torch.bfloat16: 3e-2}

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend.executor import kernels, rotary
+from backend.executor import kernels
 from backend.executor.kernels import apply_rotary, build_cos_sin_cache
+from backend.executor.model import rotary
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 

@@ -1,2 +1,0 @@
-"""One-off measurements behind the figures in docs/benchmarks.md and docs/gpu.md, each run as
-`python -m bench.experiments.NAME`; they build on the product (`tidegate bench`) but are not part of it."""

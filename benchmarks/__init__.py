@@ -1,0 +1,2 @@
+"""One-off measurements behind the figures in docs/benchmarks.md and docs/gpu.md, each run as
+`python -m benchmarks.NAME`; they build on the product (`tidegate bench`) but are not part of it."""

@@ -1,0 +1,87 @@
+"""The one interface of an inbound API: how it reads its requests and writes its answers around the one path.
+
+The OpenAI routes (chat, completions, embeddings) pass everything through as it is; Anthropic's Messages and
+OpenAI's Responses translate at this edge, so auth, admission, priority, routing, retries, relay and settlement
+stay one path (`Proxy.serve`) for all of them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol
+
+from gateway.apis.openai import Endpoint, OpenAIRequest, parse
+from gateway.errors import ApiError
+from gateway.path.relay import StreamRelay
+from quota import KeyInfo
+
+BeforeEnd = Callable[[], Awaitable[None]]
+
+
+class ClientWire(Protocol):
+    """One inbound API, as a shared object or one per request (a wire that keeps what it read).
+
+    `parse` turns the raw body, once the caller's key is known, into the OpenAI request served (its `endpoint`
+    says which upstream API serves it). The rest put every kind of answer back in the client's shape: an error
+    (`error_body`), a whole upstream body of any status (`whole`), an assembled chat or completion object
+    (`answer`, which raises an `ApiError` for an answer it cannot carry), and a relayed stream (`events`, which
+    awaits `before_end` once the chunks run out and before its last event; `relay.outcome` then says whether the
+    upstream's stream failed).
+
+        class Echo:
+            async def parse(self, raw, key, *, classes, max_depth):
+                return openai_request.parse(raw, endpoint=Endpoint.chat, classes=classes, max_depth=max_depth)
+            def error_body(self, error):
+                return error.body()
+            async def whole(self, status, body):
+                return status, body
+            async def answer(self, whole):
+                return whole
+            def events(self, relay, before_end, model, prompt_tokens):
+                return relay.stream(before_end)
+    """
+
+    async def parse(self, raw: bytes, key: KeyInfo, *, classes: set[str], max_depth: int) -> OpenAIRequest: ...
+
+    def error_body(self, error: ApiError) -> dict[str, Any]: ...
+
+    async def whole(self, status: int, body: bytes) -> tuple[int, bytes]: ...
+
+    async def answer(self, whole: dict[str, Any]) -> dict[str, Any]: ...
+
+    def events(self, relay: StreamRelay, before_end: BeforeEnd, model: str,
+               prompt_tokens: int) -> AsyncIterator[bytes]: ...
+
+
+class OpenAIWire:
+    """`/v1/chat/completions`, `/v1/completions` and `/v1/embeddings`: the upstream's shapes are the client's."""
+
+    def __init__(self, endpoint: Endpoint):
+        self.endpoint = endpoint
+
+    async def parse(self, raw: bytes, key: KeyInfo, *, classes: set[str], max_depth: int) -> OpenAIRequest:
+        return parse(raw, endpoint=self.endpoint, classes=classes, max_depth=max_depth)
+
+    def error_body(self, error: ApiError) -> dict[str, Any]:
+        return error.body()
+
+    async def whole(self, status: int, body: bytes) -> tuple[int, bytes]:
+        return status, body
+
+    async def answer(self, whole: dict[str, Any]) -> dict[str, Any]:
+        return whole
+
+    def events(self, relay: StreamRelay, before_end: BeforeEnd, model: str,
+               prompt_tokens: int) -> AsyncIterator[bytes]:
+        return relay.stream(before_end)
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    """A translated answer's JSON body, as compact as the gateway's own."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+CHAT = OpenAIWire(Endpoint.chat)
+COMPLETIONS = OpenAIWire(Endpoint.completions)
+EMBEDDINGS = OpenAIWire(Endpoint.embeddings)

@@ -1,0 +1,27 @@
+"""Opens the store that StoreSettings names: Redis when `redis_url` is set, else the embedded one."""
+
+from __future__ import annotations
+
+from config.stores import StoreSettings
+from quota.service import QuotaService
+from quota.stores.embedded.routing import SqliteRouting
+from quota.stores.embedded.store import DB_NAME, EmbeddedQuotaService
+from quota.stores.routing_store import RoutingStore
+
+
+async def open_store(settings: StoreSettings) -> QuotaService:
+    if settings.redis_url:
+        from quota.stores.redis.store import RedisQuotaService
+
+        return await RedisQuotaService.open(settings)
+    return EmbeddedQuotaService(settings)
+
+
+def open_routing_store(settings: StoreSettings) -> RoutingStore:
+    """Channel and model-group records, in the same store as the tenancy records."""
+    if settings.redis_url:
+        from quota.stores.redis.client import open_redis
+        from quota.stores.redis.routing import RedisRouting
+
+        return RedisRouting(open_redis(settings.redis_url, timeout=settings.redis_timeout))
+    return SqliteRouting(settings.resolved_data_dir() / DB_NAME)
