@@ -82,23 +82,22 @@ class StreamingClient:
         await self.http.aclose()
 
     async def send(self, body: dict[str, Any], record: MeasuredRequest, t0: float) -> None:
-        """Stream one request; `t0` is the run's perf_counter origin. Never raises for a failed request."""
+        """Stream one request; `t0` is the run's perf_counter origin. Never raises for a failed request.
 
-        async def trace(name: str, info: dict[str, Any]) -> None:
-            if name.endswith("send_request_headers.started") and record.sent is None:
-                record.sent = time.perf_counter() - t0
-
+        A request that dies on a reused kept-alive connection before any byte of an answer came back (the
+        server had closed it while it sat idle in the pool, as llama.cpp's server does) is sent once more on a
+        fresh connection and marked `retried`; any other failure, or a second one, counts as failed."""
         try:
             async with asyncio.timeout(self.target.timeout):
-                async with self.http.stream("POST", self.target.url, json=body,
-                                            extensions={"trace": trace}) as response:
-                    record.status = response.status_code
-                    if response.status_code != 200:
-                        detail = await response.aread()
-                        record.error = str(response.status_code)
-                        record.error_detail = detail.decode("utf-8", "replace")[:300]
-                        return
-                    await _read_stream(response, record, t0)
+                try:
+                    await self._attempt(self.http, body, record, t0)
+                except _STALE_CONNECTION as exc:
+                    if record.status is not None or not record.reused_connection:
+                        raise
+                    record.retried = True
+                    record.error_detail = f"first attempt: {type(exc).__name__}: {exc}"
+                    async with httpx.AsyncClient(headers=self.http.headers, timeout=self.http.timeout) as fresh:
+                        await self._attempt(fresh, body, record, t0)
         except TimeoutError:
             record.error = "timeout"
         except httpx.ConnectError as exc:
@@ -109,6 +108,29 @@ class StreamingClient:
             record.error, record.error_detail = "transport_error", f"{type(exc).__name__}: {exc}"
         finally:
             record.end = time.perf_counter() - t0
+
+    async def _attempt(self, http: httpx.AsyncClient, body: dict[str, Any], record: MeasuredRequest,
+                       t0: float) -> None:
+        record.reused_connection = True  # until the trace shows a new connection being opened
+
+        async def trace(name: str, info: dict[str, Any]) -> None:
+            if name.startswith("connection.connect_tcp"):
+                record.reused_connection = False
+            elif name.endswith("send_request_headers.started") and record.sent is None:
+                record.sent = time.perf_counter() - t0
+
+        async with http.stream("POST", self.target.url, json=body, extensions={"trace": trace}) as response:
+            record.status = response.status_code
+            if response.status_code != 200:
+                detail = await response.aread()
+                record.error = str(response.status_code)
+                record.error_detail = detail.decode("utf-8", "replace")[:300]
+                return
+            await _read_stream(response, record, t0)
+
+
+# What a write to, or a read from, a connection the server already closed raises before any answer.
+_STALE_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
 async def _read_stream(response: httpx.Response, record: MeasuredRequest, t0: float) -> None:

@@ -99,6 +99,7 @@ def summarize(records: Sequence[MeasuredRequest], duration: float, slo: Slo | No
         "completed": len(done),
         "failed": len(failed),
         "errors": dict(sorted(Counter(r.error or "no_tokens" for r in failed).items())),
+        "retried_on_fresh_connection": sum(r.retried for r in records),
         "total_input_tokens": total_in,
         "total_output_tokens": total_out,
         "total_cached_tokens": total_cached,

@@ -31,6 +31,8 @@ class MeasuredRequest:
     error: str | None = None  # "500", "429", "timeout", "connect_error", "stream_error", "truncated", ...
     error_detail: str = ""
     text: str = ""
+    retried: bool = False  # sent again on a fresh connection after a kept-alive one turned out closed
+    reused_connection: bool = False  # the last attempt went out on a pooled connection
 
     @property
     def ok(self) -> bool:

@@ -32,6 +32,8 @@ def format_summary(s: dict[str, Any]) -> str:
         ("Failed requests:", s["failed"]),
     ]
     rows += [(f"  failed with {kind}:", count) for kind, count in s.get("errors", {}).items()]
+    if s.get("retried_on_fresh_connection"):
+        rows.append(("  retried after a closed kept-alive conn.:", s["retried_on_fresh_connection"]))
     rows += [
         ("Benchmark duration (s):", s["duration"]),
         ("Total input tokens:", s["total_input_tokens"]),
