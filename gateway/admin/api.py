@@ -1,6 +1,6 @@
 """The admin API under /admin: accounts, sub-accounts, keys, quotas, usage; channels and model groups; admin
-keys and the audit log. Every route goes through one wrapper: authorization (gateway.admin.access), then the
-handler, then an audit entry for each change."""
+keys and the audit log. Every route is a row of one table with its access rule (gateway.admin.access.RULES) and
+goes through one wrapper: authorization, then the handler, then an audit entry for each change."""
 
 from __future__ import annotations
 
