@@ -2,7 +2,8 @@
 
 The OpenAI routes (chat, completions, embeddings) pass everything through as it is; Anthropic's Messages and
 OpenAI's Responses translate at this edge, so auth, admission, priority, routing, retries, relay and settlement
-stay one path (`Proxy.serve`) for all of them.
+stay one path (`Proxy.serve`) for all of them. `gateway/app.py` routes each inbound path to its wire, so the path
+imports none of them.
 """
 
 from __future__ import annotations
