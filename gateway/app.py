@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from functools import partial
 from http import HTTPStatus
 
 import aiohttp
@@ -22,6 +23,8 @@ from config.admin_key import configured_admin_key
 from gateway.admin.api import AdminApi
 from gateway.admin.console import console_routes
 from gateway.admin.money import seed_prices
+from gateway.apis.messages import MESSAGES
+from gateway.apis.openai import CHAT, COMPLETIONS, EMBEDDINGS, models_endpoint
 from gateway.apis.responses.api import ResponsesApi
 from gateway.apis.responses.store import open_response_store
 from gateway.auth import check_token
@@ -32,7 +35,7 @@ from gateway.channels.router import Router
 from gateway.channels.state import ChannelState, HealthChecker
 from gateway.channels.throughput import ThroughputWatch
 from gateway.errors import ApiError
-from gateway.observe.metrics import GatewayMetrics
+from gateway.observe.metrics import ChannelLive, GatewayMetrics, LiveState
 from gateway.observe.tracing import setup_tracing
 from gateway.path.ip_limit import IpRateLimitMiddleware
 from gateway.path.priority import PriorityPools
@@ -60,7 +63,8 @@ class Gateway:
         # the store's channels and groups replace the config file's once read (see channel_registry.py)
         self.registry = ChannelRegistry(open_routing_store(settings), settings, self.router)
         self.pools = PriorityPools(settings.priority_classes, settings.default_priority_class)
-        self.metrics = GatewayMetrics(self.router, self.pools, quota, connections, settings.metrics_per_account)
+        self.connections = connections
+        self.metrics = GatewayMetrics(self.router.serves, self.live_state, settings.metrics_per_account)
         self.redis = open_redis(settings.redis_url, timeout=settings.redis_timeout) if settings.redis_url else None
         capacity = MemoryCapacity() if self.redis is None else RedisCapacity(self.redis, settings.gateway_replicas)
         self.throughput = ThroughputWatch(self.router, self.http, settings.health_check_interval,
@@ -97,6 +101,15 @@ class Gateway:
         await self.quota.close()
         self.tracing.shutdown()
 
+    def live_state(self) -> LiveState:
+        """What a metrics scrape reads: channels, breakers, priority queues, the store and connections."""
+        channels = [ChannelLive(c.name, c.in_flight, c.healthy,
+                                {model: c.breaker(model).state.value for model in c.config.models})
+                    for c in self.router.channels]
+        return LiveState(channels, {name: (pool.active, pool.queued) for name, pool in self.pools.pools.items()},
+                         self.quota.degraded, self.connections.open, dict(self.connections.closed),
+                         dict(self.router.affinity.overrides))
+
     async def health_route(self, request: Request) -> Response:
         healthy = sum(1 for c in self.router.channels if c.healthy)
         return JSONResponse({"status": "ok", "degraded": self.quota.degraded, "channels": len(self.router.channels),
@@ -115,12 +128,13 @@ class Gateway:
 
     def routes(self) -> list[BaseRoute]:
         return [
-            Route("/v1/chat/completions", self.proxy.completions, methods=["POST"]),
-            Route("/v1/completions", self.proxy.completions, methods=["POST"]),
-            Route("/v1/messages", self.proxy.messages, methods=["POST"]),
-            Route("/v1/embeddings", self.proxy.embeddings, methods=["POST"]),
+            # each inbound API is a wire that the one path serves
+            Route("/v1/chat/completions", partial(self.proxy.serve, wire=CHAT), methods=["POST"]),
+            Route("/v1/completions", partial(self.proxy.serve, wire=COMPLETIONS), methods=["POST"]),
+            Route("/v1/messages", partial(self.proxy.serve, wire=MESSAGES), methods=["POST"]),
+            Route("/v1/embeddings", partial(self.proxy.serve, wire=EMBEDDINGS), methods=["POST"]),
             *self.responses.routes(),
-            Route("/v1/models", self.proxy.models, methods=["GET"]),
+            Route("/v1/models", models_endpoint(self.quota, self.router), methods=["GET"]),
             Route("/health", self.health_route, methods=["GET"]),
             Route("/metrics", self.metrics_route, methods=["GET"]),
             Route("/openapi.json", self.openapi_route, methods=["GET"]),

@@ -7,8 +7,7 @@ import hmac
 from starlette.requests import Request
 
 from gateway.errors import ApiError, forbidden, unauthorized, unavailable
-from quota import KeyInfo, QuotaService
-from quota.rules.ip_allowlist import address_allowed
+from quota import KeyInfo, QuotaService, address_allowed
 
 
 def bearer_token(request: Request) -> str | None:

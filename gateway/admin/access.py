@@ -1,8 +1,9 @@
-"""Who may call which admin route: the caller behind the bearer token, the table of route x role, and the
-scoping that keeps an account admin inside its own account.
+"""Who may call which admin route: the caller behind the bearer token, the admin API's one route table (route x
+role), and the scoping that keeps an account admin inside its own account.
 
-The table is data: one row per (method, route path). A route without a row (one added later) is open to owners
-and operators only; add a row to open it to viewers or account admins.
+The table is data: one row per (method, route path), whose action names the handler that serves it. The admin API
+builds its routes from these rows alone, so a route cannot exist without its rule. A HEAD request, which reaches
+a GET route, has no row of its own and is for owners and operators only.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from starlette.requests import Request
 
 from gateway.auth import bearer_token
 from gateway.errors import ApiError, forbidden, invalid_request
-from quota import NotFound, Quota, QuotaService
-from quota.admin.keys import Role
+from quota import NotFound, Quota, QuotaService, Role
 
 BOOTSTRAP = "bootstrap"  # the actor name of the configured admin_key
 BodyReader = Callable[[], Awaitable[dict[str, Any]]]
@@ -51,30 +51,9 @@ READERS = frozenset({*STAFF, Role.viewer})
 TENANT_WRITERS = frozenset({*STAFF, Role.account_admin})
 EVERYONE = frozenset(Role)
 
+# in the order Starlette tries them: the channels' PATCH before the generic one
 RULES: dict[tuple[str, str], Rule] = {
-    ("GET", "/admin/me"): Rule(EVERYONE, "me.read"),
-    ("POST", "/admin/accounts"): Rule(STAFF, "accounts.create"),
-    ("GET", "/admin/accounts"): Rule(EVERYONE, "accounts.list", Scope.accounts),
-    ("GET", "/admin/accounts/{id}"): Rule(EVERYONE, "accounts.read", Scope.account),
-    ("POST", "/admin/accounts/{id}/sub-accounts"): Rule(TENANT_WRITERS, "sub-accounts.create", Scope.account),
-    ("GET", "/admin/accounts/{id}/sub-accounts"): Rule(EVERYONE, "sub-accounts.list", Scope.account),
-    ("POST", "/admin/keys"): Rule(TENANT_WRITERS, "keys.create", Scope.body_owner),
-    ("GET", "/admin/keys"): Rule(EVERYONE, "keys.list", Scope.query_owner),
-    ("DELETE", "/admin/keys/{id}"): Rule(TENANT_WRITERS, "keys.revoke", Scope.key),
-    ("POST", "/admin/keys/{id}/rotate"): Rule(TENANT_WRITERS, "keys.rotate", Scope.key),
-    ("PATCH", "/admin/{kind:str}/{id}"): Rule(TENANT_WRITERS, "update", Scope.record),
-    ("GET", "/admin/usage"): Rule(EVERYONE, "usage.read", Scope.query_owner),
     ("GET", "/admin/channels"): Rule(READERS, "channels.list"),
-    ("GET", "/admin/audit"): Rule(READERS, "audit.read"),
-    ("POST", "/admin/admin-keys"): Rule(OWNERS, "admin-keys.create"),
-    ("GET", "/admin/admin-keys"): Rule(OWNERS, "admin-keys.list"),
-    ("DELETE", "/admin/admin-keys/{id}"): Rule(OWNERS, "admin-keys.revoke", Scope.admin_key),
-    ("GET", "/admin/prices"): Rule(EVERYONE, "prices.list"),
-    ("PUT", "/admin/prices/{model:path}"): Rule(STAFF, "prices.set"),
-    ("POST", "/admin/accounts/{id}/balance"): Rule(STAFF, "balance.adjust", Scope.account),
-    ("GET", "/admin/accounts/{id}/balance"): Rule(EVERYONE, "balance.read", Scope.account),
-    ("GET", "/admin/accounts/{id}/requests"): Rule(EVERYONE, "requests.read", Scope.account),
-    ("GET", "/admin/usage/unit-cost"): Rule(READERS, "unit-cost.read"),
     ("POST", "/admin/channels"): Rule(STAFF, "channels.create"),
     ("GET", "/admin/channels/{name}"): Rule(READERS, "channels.read"),
     ("PATCH", "/admin/channels/{name}"): Rule(STAFF, "channels.update"),
@@ -83,13 +62,35 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/admin/model-groups/{name}"): Rule(READERS, "model-groups.read"),
     ("PUT", "/admin/model-groups/{name}"): Rule(STAFF, "model-groups.set"),
     ("DELETE", "/admin/model-groups/{name}"): Rule(STAFF, "model-groups.remove"),
+    ("POST", "/admin/accounts"): Rule(STAFF, "accounts.create"),
+    ("GET", "/admin/accounts"): Rule(EVERYONE, "accounts.list", Scope.accounts),
+    ("GET", "/admin/accounts/{id}"): Rule(EVERYONE, "accounts.read", Scope.account),
+    ("POST", "/admin/accounts/{id}/sub-accounts"): Rule(TENANT_WRITERS, "sub-accounts.create", Scope.account),
+    ("GET", "/admin/accounts/{id}/sub-accounts"): Rule(EVERYONE, "sub-accounts.list", Scope.account),
+    ("POST", "/admin/keys"): Rule(TENANT_WRITERS, "keys.create", Scope.body_owner),
+    ("GET", "/admin/keys"): Rule(EVERYONE, "keys.list", Scope.query_owner),
+    ("DELETE", "/admin/keys/{id}"): Rule(TENANT_WRITERS, "keys.revoke", Scope.key),
+    ("PATCH", "/admin/{kind:str}/{id}"): Rule(TENANT_WRITERS, "update", Scope.record),
+    ("GET", "/admin/usage"): Rule(EVERYONE, "usage.read", Scope.query_owner),
+    ("GET", "/admin/me"): Rule(EVERYONE, "me.read"),
+    ("POST", "/admin/keys/{id}/rotate"): Rule(TENANT_WRITERS, "keys.rotate", Scope.key),
+    ("POST", "/admin/admin-keys"): Rule(OWNERS, "admin-keys.create"),
+    ("GET", "/admin/admin-keys"): Rule(OWNERS, "admin-keys.list"),
+    ("DELETE", "/admin/admin-keys/{id}"): Rule(OWNERS, "admin-keys.revoke", Scope.admin_key),
+    ("GET", "/admin/audit"): Rule(READERS, "audit.read"),
+    ("GET", "/admin/prices"): Rule(EVERYONE, "prices.list"),
+    ("PUT", "/admin/prices/{model:path}"): Rule(STAFF, "prices.set"),
+    ("POST", "/admin/accounts/{id}/balance"): Rule(STAFF, "balance.adjust", Scope.account),
+    ("GET", "/admin/accounts/{id}/balance"): Rule(EVERYONE, "balance.read", Scope.account),
+    ("GET", "/admin/usage/unit-cost"): Rule(READERS, "unit-cost.read"),
+    ("GET", "/admin/accounts/{id}/requests"): Rule(EVERYONE, "requests.read", Scope.account),
 }
 KINDS = {"accounts": Scope.account, "sub-accounts": Scope.sub_account, "keys": Scope.key}
 NOUNS = {Scope.account: "account", Scope.sub_account: "sub-account", Scope.key: "key", Scope.admin_key: "admin key"}
 
 
 def rule_for(method: str, path: str) -> Rule:
-    """The route's row; a route without one is for owners and operators."""
+    """The route's row; a HEAD request, which has none, is for owners and operators."""
     return RULES.get((method, path)) or Rule(STAFF, f"{method} {path}")
 
 

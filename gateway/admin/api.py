@@ -1,6 +1,6 @@
 """The admin API under /admin: accounts, sub-accounts, keys, quotas, usage; channels and model groups; admin
-keys and the audit log. Every route goes through one wrapper: authorization (gateway.admin.access), then the
-handler, then an audit entry for each change."""
+keys and the audit log. Every route is a row of one table with its access rule (gateway.admin.access.RULES) and
+goes through one wrapper: authorization, then the handler, then an audit entry for each change."""
 
 from __future__ import annotations
 
@@ -16,16 +16,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from common.request_id import request_id as request_id_of
-from gateway.admin.access import AdminAccess, Rule, Scope, Target, caller_of, rule_for
+from gateway.admin.access import RULES, AdminAccess, Rule, Scope, Target, caller_of, rule_for
 from gateway.admin.body import json_body, reject_unknown
-from gateway.admin.channels import channel_routes
+from gateway.admin.channels import channel_handlers
 from gateway.admin.money import AdminMoney
 from gateway.auth import client_address
 from gateway.channels.registry import ChannelRegistry
 from gateway.errors import ApiError, invalid_request, not_found, unavailable
 from limiter import REDIS_DOWN
-from quota import UNSET, InvalidRequest, NotFound, Quota, QuotaService
-from quota.rules.audit import AuditEntry
+from quota import UNSET, AuditEntry, InvalidRequest, NotFound, Quota, QuotaService
 
 Handler = Callable[[Request], Awaitable[Any]]
 UPDATABLE = {
@@ -68,27 +67,20 @@ class AdminApi:
         self._classes = priority_classes
 
     def routes(self) -> list[Route]:
-        r = self._wrap
-        return [
-            *channel_routes(r, self._registry, json_body),  # before the generic PATCH below
-            Route("/admin/accounts", r(self.create_account), methods=["POST"]),
-            Route("/admin/accounts", r(self.list_accounts), methods=["GET"]),
-            Route("/admin/accounts/{id}", r(self.get_account), methods=["GET"]),
-            Route("/admin/accounts/{id}/sub-accounts", r(self.create_sub_account), methods=["POST"]),
-            Route("/admin/accounts/{id}/sub-accounts", r(self.list_sub_accounts), methods=["GET"]),
-            Route("/admin/keys", r(self.create_key), methods=["POST"]),
-            Route("/admin/keys", r(self.list_keys), methods=["GET"]),
-            Route("/admin/keys/{id}", r(self.revoke_key), methods=["DELETE"]),
-            Route("/admin/{kind:str}/{id}", r(self.update), methods=["PATCH"]),
-            Route("/admin/usage", r(self.usage), methods=["GET"]),
-            Route("/admin/me", r(self.me), methods=["GET"]),
-            Route("/admin/keys/{id}/rotate", r(self.rotate_key), methods=["POST"]),
-            Route("/admin/admin-keys", r(self.create_admin_key), methods=["POST"]),
-            Route("/admin/admin-keys", r(self.list_admin_keys), methods=["GET"]),
-            Route("/admin/admin-keys/{id}", r(self.revoke_admin_key), methods=["DELETE"]),
-            Route("/admin/audit", r(self.audit), methods=["GET"]),
-            *self._money.routes(r),
-        ]
+        """One route per row of the route table, served by the handler its action names."""
+        handlers = {**channel_handlers(self._registry, json_body), **self._handlers(), **self._money.handlers()}
+        assert set(handlers) == {rule.action for rule in RULES.values()}, "each handler has one row and no more"
+        return [Route(path, self._wrap(handlers[rule.action]), methods=[method])
+                for (method, path), rule in RULES.items()]
+
+    def _handlers(self) -> dict[str, Handler]:
+        return {"accounts.create": self.create_account, "accounts.list": self.list_accounts,
+                "accounts.read": self.get_account, "sub-accounts.create": self.create_sub_account,
+                "sub-accounts.list": self.list_sub_accounts, "keys.create": self.create_key,
+                "keys.list": self.list_keys, "keys.revoke": self.revoke_key, "keys.rotate": self.rotate_key,
+                "update": self.update, "usage.read": self.usage, "me.read": self.me,
+                "admin-keys.create": self.create_admin_key, "admin-keys.list": self.list_admin_keys,
+                "admin-keys.revoke": self.revoke_admin_key, "audit.read": self.audit}
 
     def _wrap(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:

@@ -8,7 +8,6 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
-from starlette.routing import Route
 
 from config import Channel, ModelGroup
 from config.model_groups import group_problem
@@ -17,27 +16,20 @@ from gateway.channels.state import ChannelState
 from gateway.errors import ApiError, invalid_request, not_found
 
 Handler = Callable[[Request], Awaitable[Any]]
-Wrap = Callable[[Handler], Callable[[Request], Awaitable[Any]]]
 ReadJson = Callable[[Request], Awaitable[dict[str, Any]]]
 # a name must fit in a URL path segment as it is
 M = TypeVar("M", bound=BaseModel)
 NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
-def channel_routes(wrap: Wrap, registry: ChannelRegistry, read_json: ReadJson) -> list[Route]:
-    """The routes, each behind the admin API's `wrap` (admin key check, error mapping)."""
+def channel_handlers(registry: ChannelRegistry, read_json: ReadJson) -> dict[str, Handler]:
+    """The handlers by their action in the admin route table (gateway.admin.access.RULES)."""
     api = ChannelAdmin(registry, read_json)
-    return [
-        Route("/admin/channels", wrap(api.list_channels), methods=["GET"]),
-        Route("/admin/channels", wrap(api.add_channel), methods=["POST"]),
-        Route("/admin/channels/{name}", wrap(api.get_channel), methods=["GET"]),
-        Route("/admin/channels/{name}", wrap(api.update_channel), methods=["PATCH"]),
-        Route("/admin/channels/{name}", wrap(api.remove_channel), methods=["DELETE"]),
-        Route("/admin/model-groups", wrap(api.list_groups), methods=["GET"]),
-        Route("/admin/model-groups/{name}", wrap(api.get_group), methods=["GET"]),
-        Route("/admin/model-groups/{name}", wrap(api.put_group), methods=["PUT"]),
-        Route("/admin/model-groups/{name}", wrap(api.delete_group), methods=["DELETE"]),
-    ]
+    return {"channels.list": api.list_channels, "channels.create": api.add_channel,
+            "channels.read": api.get_channel, "channels.update": api.update_channel,
+            "channels.remove": api.remove_channel, "model-groups.list": api.list_groups,
+            "model-groups.read": api.get_group, "model-groups.set": api.put_group,
+            "model-groups.remove": api.delete_group}
 
 
 def channel_view(state: ChannelState) -> dict[str, Any]:

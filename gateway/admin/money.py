@@ -8,21 +8,29 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from config.gateway import ModelPrice
 from gateway.admin.body import json_body, reject_unknown
 from gateway.channels.router import Router
 from gateway.errors import invalid_request
-from quota import QuotaService
-from quota.money import Price, from_micro
-from quota.rules.balance import balance_json
-from quota.rules.prices import parse_price, price_json
-from quota.rules.reports import check_granularity, grouped, parse_group_by, report_csv, report_json
-from quota.rules.request_audit import MAX_LISTED
-from quota.rules.unit_cost import unit_costs, unit_costs_by_model
+from quota import (
+    MAX_LISTED,
+    Price,
+    QuotaService,
+    balance_json,
+    check_granularity,
+    from_micro,
+    grouped,
+    parse_group_by,
+    parse_price,
+    price_json,
+    report_csv,
+    report_json,
+    unit_costs,
+    unit_costs_by_model,
+)
 
-Wrap = Callable[[Callable[[Request], Awaitable[Any]]], Callable[[Request], Awaitable[Response]]]
+Handler = Callable[[Request], Awaitable[Any]]
 EPOCH_DAY = date(1970, 1, 1).toordinal()
 USAGE_FILTERS = ("account_id", "sub_account_id", "key_id", "model", "start", "end")
 USAGE_QUERY = {*USAGE_FILTERS, "granularity", "group_by", "format"}
@@ -30,22 +38,17 @@ UNIT_COSTS = {"channel": unit_costs, "model": unit_costs_by_model}
 
 
 class AdminMoney:
-    """Routes added to the admin API's (so its admin-key check and error mapping apply to each)."""
+    """Handlers of the admin API's money routes (its admin-key check and error mapping apply to each)."""
 
     def __init__(self, quota: QuotaService, router: Router, currency: str) -> None:
         self._quota = quota
         self._router = router
         self._currency = currency
 
-    def routes(self, wrap: Wrap) -> list[Route]:
-        return [
-            Route("/admin/prices", wrap(self.list_prices), methods=["GET"]),
-            Route("/admin/prices/{model:path}", wrap(self.set_price), methods=["PUT"]),
-            Route("/admin/accounts/{id}/balance", wrap(self.top_up), methods=["POST"]),
-            Route("/admin/accounts/{id}/balance", wrap(self.balance), methods=["GET"]),
-            Route("/admin/usage/unit-cost", wrap(self.unit_cost), methods=["GET"]),
-            Route("/admin/accounts/{id}/requests", wrap(self.requests), methods=["GET"]),
-        ]
+    def handlers(self) -> dict[str, Handler]:
+        """The handlers by their action in the admin route table (gateway.admin.access.RULES)."""
+        return {"prices.list": self.list_prices, "prices.set": self.set_price, "balance.adjust": self.top_up,
+                "balance.read": self.balance, "unit-cost.read": self.unit_cost, "requests.read": self.requests}
 
     async def list_prices(self, request: Request) -> Any:
         return {"object": "list", "currency": self._currency,

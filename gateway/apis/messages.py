@@ -13,10 +13,11 @@ from typing import Any
 from common.event_stream import named_event
 from common.request_body import decode_json
 from gateway.anthropic_wire import MessagesEvents, chat_request, messages_answer, messages_error
-from gateway.apis.openai import Endpoint, OpenAIRequest, read
+from gateway.apis.openai import read
 from gateway.errors import ApiError, invalid_request
 from gateway.path.client_wire import BeforeEnd, encode
-from gateway.path.relay import Outcome, StreamRelay, outcome_error
+from gateway.path.relay import StreamRelay, outcome_error
+from gateway.records import Endpoint, OpenAIRequest, Outcome
 from quota import KeyInfo
 
 

@@ -1,41 +1,26 @@
-"""A client's OpenAI request body: its JSON, and the few fields the gateway acts on."""
+"""The OpenAI routes: a client's request body (its JSON, and the few fields the gateway acts on), the wire that
+passes chat, completions and embeddings through as they are, and the model list."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import StrEnum
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
 from common.request_body import decode_json
-from gateway.errors import invalid_request
+from common.request_id import request_id as request_id_of
+from gateway.auth import authenticate
+from gateway.channels.router import Router
+from gateway.errors import ApiError, invalid_request
+from gateway.path.client_wire import BeforeEnd
+from gateway.path.relay import StreamRelay
 from gateway.path.request_extras import OWNED_FIELDS
+from gateway.records import Endpoint, OpenAIRequest
+from quota import KeyInfo, QuotaService
 
 MAX_MODEL_CHARS = 256  # a model name longer than this is no model anyone serves
-
-
-class Endpoint(StrEnum):
-    """The upstream path a request goes to."""
-
-    chat = "/chat/completions"
-    completions = "/completions"
-    embeddings = "/embeddings"
-
-    @property
-    def generates(self) -> bool:
-        """Whether it produces tokens (and may stream them); an embedding costs its input tokens alone."""
-        return self is not Endpoint.embeddings
-
-
-@dataclass(slots=True)
-class OpenAIRequest:
-    """The fields the gateway routes and admits by; `body` is forwarded as it came, apart from `model`."""
-
-    body: dict[str, Any]
-    model: str
-    stream: bool
-    wants_usage: bool  # the client asked for the usage chunk at the end of a stream
-    priority_class: str | None
-    endpoint: Endpoint = Endpoint.chat
 
 
 def parse(raw: bytes, *, endpoint: Endpoint, classes: set[str], max_depth: int) -> OpenAIRequest:
@@ -84,3 +69,49 @@ def read(body: Any, *, endpoint: Endpoint, classes: set[str]) -> OpenAIRequest:
     body = {k: v for k, v in body.items() if k not in OWNED_FIELDS}
     wants_usage = bool(stream and options and options.get("include_usage"))
     return OpenAIRequest(body, model, stream, wants_usage, priority_class, endpoint)
+
+
+class OpenAIWire:
+    """`/v1/chat/completions`, `/v1/completions` and `/v1/embeddings`: the upstream's shapes are the client's."""
+
+    def __init__(self, endpoint: Endpoint):
+        self.endpoint = endpoint
+
+    async def parse(self, raw: bytes, key: KeyInfo, *, classes: set[str], max_depth: int) -> OpenAIRequest:
+        return parse(raw, endpoint=self.endpoint, classes=classes, max_depth=max_depth)
+
+    def error_body(self, error: ApiError) -> dict[str, Any]:
+        return error.body()
+
+    async def whole(self, status: int, body: bytes) -> tuple[int, bytes]:
+        return status, body
+
+    async def answer(self, whole: dict[str, Any]) -> dict[str, Any]:
+        return whole
+
+    def events(self, relay: StreamRelay, before_end: BeforeEnd, model: str,
+               prompt_tokens: int) -> AsyncIterator[bytes]:
+        return relay.stream(before_end)
+
+
+CHAT = OpenAIWire(Endpoint.chat)
+COMPLETIONS = OpenAIWire(Endpoint.completions)
+EMBEDDINGS = OpenAIWire(Endpoint.embeddings)
+
+
+def models_endpoint(quota: QuotaService, router: Router) -> Callable[[Request], Awaitable[Response]]:
+    """`GET /v1/models`: the models the caller's key may use."""
+
+    async def models(request: Request) -> Response:
+        request_id = request_id_of(request.headers)
+        try:
+            key = await authenticate(quota, request)
+        except ApiError as error:
+            return error.response(request_id)
+        data: list[dict[str, Any]] = [
+            {"id": model, "object": "model", "created": 0, "owned_by": "tidegate"}
+            for model in router.models() if key.allows(model)
+        ]
+        return JSONResponse({"object": "list", "data": data}, headers={"x-request-id": request_id})
+
+    return models

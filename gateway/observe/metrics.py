@@ -2,54 +2,72 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from common.connection_guard import ConnectionGuard
-from gateway.channels.router import Router
 from gateway.observe.spend_metrics import SpendMetrics
-from gateway.path.priority import PriorityPools
-from quota import QuotaService
 
 BREAKER_VALUE = {"closed": 0, "half_open": 1, "open": 2}
+
+
+@dataclass(slots=True)
+class ChannelLive:
+    name: str
+    in_flight: int
+    healthy: bool
+    breakers: dict[str, str]  # model -> its breaker's state
+
+
+@dataclass(slots=True)
+class LiveState:
+    """What a scrape reads of the running gateway; the app builds it, so the metrics import none of its parts."""
+
+    channels: list[ChannelLive]
+    pools: dict[str, tuple[int, int]]  # priority class -> (slots in use, requests waiting)
+    degraded: bool
+    connections_open: int
+    connections_closed: dict[str, int]  # reason -> connections the guard closed
+    affinity_overrides: dict[str, int]  # preferred channel -> requests sent elsewhere
 
 
 class _LiveState(Collector):
     """Reads in-flight counts, breaker states, queue depths and degradation at scrape time."""
 
-    def __init__(self, router: Router, pools: PriorityPools, quota: QuotaService, connections: ConnectionGuard):
-        self._router, self._pools, self._quota, self._connections = router, pools, quota, connections
+    def __init__(self, read: Callable[[], LiveState]):
+        self._read = read
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        live = self._read()
         in_flight = GaugeMetricFamily("tidegate_channel_in_flight", "Requests in flight", labels=["channel"])
         healthy = GaugeMetricFamily("tidegate_channel_healthy", "1 when /health answers", labels=["channel"])
         breaker = GaugeMetricFamily("tidegate_breaker_state", "0 closed, 1 half-open, 2 open",
                                     labels=["channel", "model"])
-        for channel in self._router.channels:
+        for channel in live.channels:
             in_flight.add_metric([channel.name], channel.in_flight)
             healthy.add_metric([channel.name], float(channel.healthy))
-            for model in channel.config.models:
-                breaker.add_metric([channel.name, model], BREAKER_VALUE[channel.breaker(model).state.value])
+            for model, state in channel.breakers.items():
+                breaker.add_metric([channel.name, model], BREAKER_VALUE[state])
         active = GaugeMetricFamily("tidegate_priority_active", "Slots in use", labels=["class"])
         queued = GaugeMetricFamily("tidegate_priority_queued", "Requests waiting", labels=["class"])
-        for name, pool in self._pools.pools.items():
-            active.add_metric([name], pool.active)
-            queued.add_metric([name], pool.queued)
+        for name, (slots, waiting) in live.pools.items():
+            active.add_metric([name], slots)
+            queued.add_metric([name], waiting)
         degraded = GaugeMetricFamily("tidegate_store_degraded", "1 while a Redis-down policy applies")
-        degraded.add_metric([], float(self._quota.degraded))
+        degraded.add_metric([], float(live.degraded))
         open_connections = GaugeMetricFamily("tidegate_connections_open", "Client connections open")
-        open_connections.add_metric([], self._connections.open)
+        open_connections.add_metric([], live.connections_open)
         closed = CounterMetricFamily("tidegate_connections_closed_by_guard", "Connections the server closed "
                                      "before a request reached the app, by reason", labels=["reason"])
-        for reason, count in sorted(self._connections.closed.items()):
+        for reason, count in sorted(live.connections_closed.items()):
             closed.add_metric([reason], count)
         overrides = CounterMetricFamily("tidegate_affinity_overrides", "prefix_affinity requests sent elsewhere "
                                         "because the preferred channel was above the load bound, by that channel",
                                         labels=["channel", "reason"])
-        for name, count in sorted(self._router.affinity.overrides.items()):
+        for name, count in sorted(live.affinity_overrides.items()):
             overrides.add_metric([name, "load"], count)
         yield from (in_flight, healthy, breaker, active, queued, degraded, open_connections, closed, overrides)
 
@@ -61,9 +79,8 @@ class GatewayMetrics:
     """Label sets stay bounded: routes, statuses, channels, configured models (`other` for any other name),
     classes and tenants (unless switched off), never a value the client chose."""
 
-    def __init__(self, router: Router, pools: PriorityPools, quota: QuotaService,
-                 connections: ConnectionGuard, per_account: bool = True):
-        self._router = router
+    def __init__(self, serves: Callable[[str], bool], live: Callable[[], LiveState], per_account: bool = True):
+        self._serves = serves
         self._per_account = per_account
         self.registry = reg = CollectorRegistry()
         self.requests = Counter("tidegate_requests", "Requests by route, model, channel, status and outcome",
@@ -87,7 +104,7 @@ class GatewayMetrics:
                                      "whether the channel served them from its prefix cache",
                                      ["channel", "cache"], registry=reg)
         self.spend = SpendMetrics(reg, self.model_label, per_account)
-        self.registry.register(_LiveState(router, pools, quota, connections))
+        self.registry.register(_LiveState(live))
 
     def observe(self, path: str, model: str | None, channel: str | None, status: int, outcome: str,
                 seconds: float) -> None:
@@ -98,7 +115,7 @@ class GatewayMetrics:
         """A model the gateway serves by its name, any other by `other`: clients cannot mint series."""
         if not model:
             return ""
-        return model if self._router.serves(model) else "other"
+        return model if self._serves(model) else "other"
 
     def refused(self, level: str | None, limit: str | None) -> None:
         self.refusals.labels(level or "store", limit or "unavailable").inc()

@@ -6,10 +6,8 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter
 
-from gateway.path.relay import Usage
-from quota import Reservation
-from quota.money import MICRO
-from quota.rules.quotes import settled_cost
+from gateway.records import Usage
+from quota import MICRO, Reservation, settled_cost
 
 
 class SpendMetrics:

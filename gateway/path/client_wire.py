@@ -2,7 +2,8 @@
 
 The OpenAI routes (chat, completions, embeddings) pass everything through as it is; Anthropic's Messages and
 OpenAI's Responses translate at this edge, so auth, admission, priority, routing, retries, relay and settlement
-stay one path (`Proxy.serve`) for all of them.
+stay one path (`Proxy.serve`) for all of them. `gateway/app.py` routes each inbound path to its wire, so the path
+imports none of them.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
-from gateway.apis.openai import Endpoint, OpenAIRequest, parse
 from gateway.errors import ApiError
 from gateway.path.relay import StreamRelay
+from gateway.records import OpenAIRequest
 from quota import KeyInfo
 
 BeforeEnd = Callable[[], Awaitable[None]]
@@ -31,7 +32,7 @@ class ClientWire(Protocol):
 
         class Echo:
             async def parse(self, raw, key, *, classes, max_depth):
-                return openai_request.parse(raw, endpoint=Endpoint.chat, classes=classes, max_depth=max_depth)
+                return openai.parse(raw, endpoint=Endpoint.chat, classes=classes, max_depth=max_depth)
             def error_body(self, error):
                 return error.body()
             async def whole(self, status, body):
@@ -54,34 +55,6 @@ class ClientWire(Protocol):
                prompt_tokens: int) -> AsyncIterator[bytes]: ...
 
 
-class OpenAIWire:
-    """`/v1/chat/completions`, `/v1/completions` and `/v1/embeddings`: the upstream's shapes are the client's."""
-
-    def __init__(self, endpoint: Endpoint):
-        self.endpoint = endpoint
-
-    async def parse(self, raw: bytes, key: KeyInfo, *, classes: set[str], max_depth: int) -> OpenAIRequest:
-        return parse(raw, endpoint=self.endpoint, classes=classes, max_depth=max_depth)
-
-    def error_body(self, error: ApiError) -> dict[str, Any]:
-        return error.body()
-
-    async def whole(self, status: int, body: bytes) -> tuple[int, bytes]:
-        return status, body
-
-    async def answer(self, whole: dict[str, Any]) -> dict[str, Any]:
-        return whole
-
-    def events(self, relay: StreamRelay, before_end: BeforeEnd, model: str,
-               prompt_tokens: int) -> AsyncIterator[bytes]:
-        return relay.stream(before_end)
-
-
 def encode(obj: dict[str, Any]) -> bytes:
     """A translated answer's JSON body, as compact as the gateway's own."""
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-CHAT = OpenAIWire(Endpoint.chat)
-COMPLETIONS = OpenAIWire(Endpoint.completions)
-EMBEDDINGS = OpenAIWire(Endpoint.embeddings)

@@ -20,7 +20,7 @@ from gateway.channels.limits import CapacityHold
 from gateway.observe.metrics import GatewayMetrics
 from gateway.observe.tracing import NOOP_REQUEST, RequestTrace
 from gateway.path.priority import PriorityPool
-from gateway.path.relay import Usage
+from gateway.records import Usage
 from quota import KeyInfo, QuotaService, Reservation
 
 access_log = logging.getLogger("tidegate.gateway.access")

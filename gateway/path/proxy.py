@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -15,8 +14,6 @@ from common.event_stream import EventStreamResponse, StreamEnd, wait_for_disconn
 from common.request_body import read_body
 from common.request_id import request_id as request_id_of
 from config import GatewaySettings
-from gateway.apis.messages import MESSAGES
-from gateway.apis.openai import Endpoint, OpenAIRequest
 from gateway.auth import authenticate
 from gateway.channels.limits import CapacityAsk
 from gateway.channels.router import Router
@@ -25,13 +22,14 @@ from gateway.observe.metrics import GatewayMetrics
 from gateway.observe.tracing import Tracing
 from gateway.path.admission import estimate_prompt_tokens, max_output_tokens, rate_headers, refusal
 from gateway.path.assembly import Assembly
-from gateway.path.client_wire import CHAT, COMPLETIONS, EMBEDDINGS, ClientWire
+from gateway.path.client_wire import ClientWire
 from gateway.path.exchange import Exchange
 from gateway.path.priority import PriorityPools
-from gateway.path.relay import Outcome, StreamRelay, Usage, outcome_error
+from gateway.path.relay import StreamRelay, outcome_error
 from gateway.path.request_extras import cache_scope_salt, request_extras
 from gateway.path.upstream import Answer, UpstreamClient, UpstreamRequest
 from gateway.path.upstream_answers import client_answer, is_reported
+from gateway.records import Endpoint, OpenAIRequest, Outcome, Usage
 from quota import KeyInfo, QuotaService
 
 # which public model answered: the one asked for, or a fallback of its group; absent when no upstream answered
@@ -51,15 +49,6 @@ class Proxy:
         self.metrics = metrics
         self.tracing = tracing
         self._renew_interval = max(0.5, settings.lease_ttl / 3)
-
-    async def completions(self, request: Request) -> Response:
-        return await self.serve(request, CHAT if request.url.path.endswith("/chat/completions") else COMPLETIONS)
-
-    async def embeddings(self, request: Request) -> Response:
-        return await self.serve(request, EMBEDDINGS)
-
-    async def messages(self, request: Request) -> Response:
-        return await self.serve(request, MESSAGES)
 
     async def serve(self, request: Request, wire: ClientWire) -> Response:
         """One request of any inbound API, served as chat, completions or embeddings and answered in the API's
@@ -212,18 +201,6 @@ class Proxy:
         # the total deadline covers writing to the client too: one that stops reading is cut there
         events = wire.events(relay, end, call.model, exchange.record.prompt_tokens)
         return EventStreamResponse(events, headers, deadline=deadline, on_close=end)
-
-    async def models(self, request: Request) -> Response:
-        request_id = request_id_of(request.headers)
-        try:
-            key = await authenticate(self.quota, request)
-        except ApiError as error:
-            return error.response(request_id)
-        data: list[dict[str, Any]] = [
-            {"id": model, "object": "model", "created": 0, "owned_by": "tidegate"}
-            for model in self.router.models() if key.allows(model)
-        ]
-        return JSONResponse({"object": "list", "data": data}, headers={"x-request-id": request_id})
 
 
 def _error_response(wire: ClientWire, error: ApiError, headers: dict[str, str]) -> Response:

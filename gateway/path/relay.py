@@ -7,8 +7,6 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import aiohttp
@@ -16,30 +14,12 @@ import aiohttp
 from common.event_stream import DONE_EVENT, StreamEnd, data_event, error_event, json_event
 from gateway.errors import ApiError
 from gateway.path.upstream import Answer
+from gateway.records import Outcome, Usage
 from gateway.sse import DONE, has_content
-
-
-class Outcome(StrEnum):
-    """How a relayed answer ended, as the log line and the breaker see it."""
-
-    ok = "ok"
-    upstream_error = "upstream_error"  # a non-2xx answer passed through
-    cut = "cut"  # the upstream broke off after the first byte
-    timeout = "timeout"  # idle or total deadline passed after the first byte
-    disconnected = "disconnected"  # the client went away
-    client_stalled = "client_stalled"  # the client stopped reading until the total deadline passed
-
 
 # what an outcome tells the channel's breaker; the client's own doing (leaving, not reading) says nothing
 CHANNEL_VERDICT: dict[Outcome, bool | None] = {Outcome.ok: True, Outcome.disconnected: None,
                                                Outcome.client_stalled: None}
-
-
-@dataclass(slots=True)
-class Usage:
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0  # of the prompt tokens, those the upstream served from its prompt cache
 
 
 def usage_of(obj: Any) -> Usage | None:

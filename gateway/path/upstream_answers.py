@@ -14,8 +14,9 @@ from typing import Any
 
 from gateway.errors import ApiError
 from gateway.path.admission import estimate_completion_tokens
-from gateway.path.relay import Usage, rewrite_body
+from gateway.path.relay import rewrite_body
 from gateway.path.upstream import Answer
+from gateway.records import Usage
 
 MAX_MESSAGE = 400
 IDENTIFIER = re.compile(r"[A-Za-z0-9_.\-\[\]]{1,64}")

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any, TypeVar
 
-from quota.catalog import Catalog, UsageQuery
+from quota.admin.catalog import Catalog, UsageQuery
 from quota.money import to_micro
 from quota.records import (
     CACHE_SCOPES,
@@ -24,6 +24,7 @@ from quota.records import (
     UsageReport,
 )
 from quota.rules.budget import zone
+from quota.rules.calendar import parse_time
 from quota.rules.ip_allowlist import parse_allowlist
 
 SECRET_PREFIX = "tg-"
@@ -74,20 +75,6 @@ def _record_id(value: object, name: str) -> str:
     if not isinstance(value, str) or not value or len(value) > 100:
         raise InvalidRequest(f"{name} must be an id (a string)")
     return value
-
-
-def parse_time(value: object, name: str = "expires_at") -> datetime | None:
-    """An ISO 8601 time from an admin body or query (UTC when it names no offset), or None."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value)
-        except ValueError:
-            raise InvalidRequest(f"{name} is not an ISO 8601 time: {value!r}") from None
-    if not isinstance(value, datetime):
-        raise InvalidRequest(f"{name} must be an ISO 8601 time or null")
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def _grace(value: object) -> float:

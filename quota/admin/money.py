@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from quota.admin.accounts import QuotaAdmin
-from quota.catalog import Catalog
+from quota.admin.catalog import Catalog
 from quota.money import Price
 from quota.rules.balance import BalanceEntry, parse_top_up
 from quota.rules.prices import parse_price

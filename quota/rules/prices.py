@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
-from quota.admin.accounts import parse_time
 from quota.errors import InvalidRequest
 from quota.money import MICRO, Price, from_micro, to_micro
+from quota.rules.calendar import parse_time
 
 PRICE_FIELDS = {"input", "cached_input", "output", "channel", "effective_from"}
 

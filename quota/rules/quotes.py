@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 
-from quota.admin.accounts import QuotaAdmin
 from quota.money import Price, Quote
 from quota.records import Account, Reservation
 from quota.rules.budget import calendar_bounds
@@ -25,9 +24,9 @@ class Quoter:
     """Reads prices and account terms through short caches (`ttl`, as for keys), so admission stays one store
     round trip; `clock` is the gateway's, which picks the calendar periods the store's clock chooses among."""
 
-    def __init__(self, admin: QuotaAdmin, load_prices: Callable[[], Awaitable[list[Price]]], ttl: float,
+    def __init__(self, load_account: Callable[[str], Awaitable[Account]], load_prices: Callable[[], Awaitable[list[Price]]], ttl: float,
                  clock: Callable[[], float] = time.time) -> None:
-        self._admin = admin
+        self._load_account = load_account
         self.prices = PriceList(load_prices, ttl)
         self._ttl = ttl
         self._clock = clock
@@ -60,7 +59,7 @@ class Quoter:
         cached = self._accounts.get(account_id)
         if cached is not None and time.monotonic() - cached[0] < self._ttl:
             return cached[1]
-        account = await self._account_reads.read(account_id, lambda: self._admin.get_account(account_id))
+        account = await self._account_reads.read(account_id, lambda: self._load_account(account_id))
         if len(self._accounts) > 100_000:
             self._accounts.clear()
         self._accounts[account_id] = (time.monotonic(), account)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from config.stores import StoreSettings
-from quota.service import QuotaService
 from quota.stores.embedded.routing import SqliteRouting
 from quota.stores.embedded.store import DB_NAME, EmbeddedQuotaService
 from quota.stores.routing_store import RoutingStore
+from quota.stores.service import QuotaService
 
 
 async def open_store(settings: StoreSettings) -> QuotaService:

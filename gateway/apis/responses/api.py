@@ -16,7 +16,7 @@ from starlette.routing import Route
 from common.event_stream import named_event
 from common.request_body import decode_json
 from common.request_id import request_id as request_id_of
-from gateway.apis.openai import Endpoint, OpenAIRequest, read, request_model
+from gateway.apis.openai import read, request_model
 from gateway.apis.responses.answer import ResponseFrame, answer_response
 from gateway.apis.responses.events import Event, ResponseEvents
 from gateway.apis.responses.request import chat_body
@@ -25,7 +25,8 @@ from gateway.auth import authenticate
 from gateway.errors import ApiError, invalid_request, unavailable
 from gateway.path.client_wire import BeforeEnd, encode
 from gateway.path.proxy import Proxy
-from gateway.path.relay import Outcome, StreamRelay, outcome_error
+from gateway.path.relay import StreamRelay, outcome_error
+from gateway.records import Endpoint, OpenAIRequest, Outcome
 from quota import KeyInfo, QuotaService
 
 log = logging.getLogger("tidegate.gateway")

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from config import GatewaySettings
-from quota import RedisClient
-from quota.stores.embedded.store import DB_NAME
+from quota import DB_NAME, RedisClient
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (id TEXT PRIMARY KEY, body TEXT NOT NULL, expires REAL NOT NULL);

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from quota.admin.catalog import UsageQuery
 from quota.admin.keys import AdminKey
-from quota.catalog import UsageQuery
 from quota.money import Price, Spend
 from quota.records import Account, ApiKey, Level, Reservation, SubAccount, UsageRow, from_json, to_json
 from quota.rules.audit import AuditQuery

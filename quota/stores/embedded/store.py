@@ -15,9 +15,9 @@ from quota.records import Admission, ApiKey, KeyInfo, Level, Reservation
 from quota.rules.audit import AuditLog
 from quota.rules.quotes import Quoter, settled_cost
 from quota.rules.request_audit import AuditRecord
-from quota.service import QuotaService, check_counts
 from quota.stores.embedded.catalog import SqliteCatalog
 from quota.stores.local_admission import Charge, LocalAdmission
+from quota.stores.service import QuotaService, check_counts
 
 DB_NAME = "tidegate.sqlite3"
 
@@ -38,7 +38,7 @@ class EmbeddedQuotaService(QuotaService):
         self.admin = QuotaAdmin(self._catalog, on_change=self._forget)
         self.admin_keys = AdminKeys(self._catalog, self.admin)
         self.audit = AuditLog(self._catalog, settings.audit_retention_days * 86400)
-        self._quoter = Quoter(self.admin, self._catalog.list_prices, settings.auth_cache_ttl, clock)
+        self._quoter = Quoter(self.admin.get_account, self._catalog.list_prices, settings.auth_cache_ttl, clock)
         self.money = MoneyAdmin(self._catalog, self.admin, self._quoter.forget, self._local.top_up, clock,
                                 self._local.money.balances.get)
 

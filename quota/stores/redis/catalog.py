@@ -7,8 +7,8 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
+from quota.admin.catalog import UsageQuery
 from quota.admin.keys import AdminKey
-from quota.catalog import UsageQuery
 from quota.money import Price
 from quota.records import (
     QUOTA_FIELDS,

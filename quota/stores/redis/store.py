@@ -19,20 +19,21 @@ from limiter import REDIS_DOWN, compose
 from quota.admin.accounts import QuotaAdmin
 from quota.admin.keys import AdminKeys
 from quota.admin.money import MoneyAdmin
-from quota.admit_reply import quota_of, window_of
 from quota.money import Budget, Quote, Spend
 from quota.records import (
+    QUOTA_FIELDS,
     Admission,
     ApiKey,
+    Bucket,
     KeyInfo,
     Level,
     LimitName,
+    Quota,
     RateInfo,
     Reservation,
 )
 from quota.rules.audit import AuditLog
 from quota.rules.quotes import Quoter, settled_cost
-from quota.service import QuotaService, StoreUnavailable, check_counts
 from quota.stores.local_admission import Charge, LocalAdmission, reservation_id
 from quota.stores.redis import keys as rk
 from quota.stores.redis.catalog import RedisCatalog, ledger_field
@@ -40,6 +41,7 @@ from quota.stores.redis.client import RedisClient, close_client, open_store_clie
 from quota.stores.redis.down import local_quota
 from quota.stores.redis.money import MONEY_CODES, AuditLines, quota_script
 from quota.stores.redis.script_batch import PackedKeys, ScriptBatcher
+from quota.stores.service import QuotaService, StoreUnavailable, check_counts
 
 LIMIT_CODES = [LimitName.rpm, LimitName.tpm, LimitName.concurrency, LimitName.tokens_per_day,
                LimitName.tokens_per_month, LimitName.request_bucket, LimitName.token_bucket]
@@ -78,7 +80,7 @@ class RedisQuotaService(QuotaService):
         self.admin = QuotaAdmin(self._catalog, on_change=self._forget)
         self.admin_keys = AdminKeys(self._catalog, self.admin)
         self.audit = AuditLog(self._catalog, settings.audit_retention_days * 86400)
-        self._quoter = Quoter(self.admin, self._catalog.list_prices, settings.auth_cache_ttl, clock)
+        self._quoter = Quoter(self.admin.get_account, self._catalog.list_prices, settings.auth_cache_ttl, clock)
         self.money = MoneyAdmin(self._catalog, self.admin, self._quoter.forget, clock=clock)
         self._admit = client.register_script(quota_script("admit", clock_lua))
         self._settle = client.register_script(quota_script("settle", clock_lua))
@@ -322,3 +324,19 @@ def _charges(plan: _KeyPlan, raw: list[str], budgets: list[str]) -> list[Charge]
                                                        None if budgets[i] == "-" else Budget.of_spec(budgets[i])))
                         for i, (level, level_id) in enumerate(plan.levels)]
     return plan.charges
+
+
+def window_of(limit_remaining_reset: list[int]) -> tuple[int | None, int | None, float | None]:
+    """The admit script's reply for the tightest rate window: (limit, remaining, reset in seconds)."""
+    limit, remaining, reset_ms = limit_remaining_reset
+    return (None, None, None) if limit < 0 else (limit, remaining, reset_ms / 1000)
+
+
+def quota_of(limits: list[int | None], buckets: list[float | None], budget: Budget | None) -> Quota:
+    """A level's quota as the admit script read it: its five limits, its buckets' (rate, burst) and its budget."""
+    request_rate, request_burst, token_rate, token_burst = buckets
+    return replace(
+        Quota(), **dict(zip(QUOTA_FIELDS, limits, strict=True)), budget=budget,
+        request_bucket=None if request_rate is None or request_burst is None else Bucket(request_rate,
+                                                                                          int(request_burst)),
+        token_bucket=None if token_rate is None or token_burst is None else Bucket(token_rate, int(token_burst)))

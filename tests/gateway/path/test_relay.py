@@ -12,8 +12,9 @@ from common.event_stream import StreamEnd
 from config import Breaker, Channel, Retries, Timeouts
 from gateway.channels.router import Router
 from gateway.channels.state import ChannelState
-from gateway.path.relay import Outcome, StreamRelay, rewrite_body
+from gateway.path.relay import StreamRelay, rewrite_body
 from gateway.path.upstream import Answer, UpstreamClient, UpstreamRequest
+from gateway.records import Outcome
 from tests.gateway.upstreams import Fault, MockUpstream
 
 Start = Callable[..., Awaitable[MockUpstream]]
