@@ -25,6 +25,17 @@ FORBIDDEN = {
     "backend/engine": {"backend.server", *HTTP},
     "backend/executor": {"backend.server", "backend.engine", "backend.loading", *HTTP},
     "backend/loading": {"backend.server", "backend.engine", *HTTP},
+    # The executor's folders: runner.py and cuda_graphs.py use them; model/ uses attention/, cpu/ and kernels/;
+    # attention/ uses cpu/ and kernels/; sample/, cpu/ and kernels/ are leaves.
+    "backend/executor/model": {"backend.executor.runner", "backend.executor.cuda_graphs", "backend.executor.sample"},
+    "backend/executor/attention": {"backend.executor.runner", "backend.executor.cuda_graphs", "backend.executor.model",
+                                   "backend.executor.sample"},
+    "backend/executor/sample": {"backend.executor.runner", "backend.executor.cuda_graphs", "backend.executor.model",
+                                "backend.executor.attention", "backend.executor.cpu", "backend.executor.kernels"},
+    "backend/executor/cpu": {"backend.executor.runner", "backend.executor.cuda_graphs", "backend.executor.model",
+                             "backend.executor.attention", "backend.executor.sample", "backend.executor.kernels"},
+    "backend/executor/kernels": {"backend.executor.runner", "backend.executor.cuda_graphs", "backend.executor.model",
+                                 "backend.executor.attention", "backend.executor.sample", "backend.executor.cpu"},
 }
 # The gateway's folders, each with the folders it may import: app -> apis -> path -> channels -> observe, and
 # admin -> channels. Modules outside a folder are leaves everyone may import, but the app and its server.
