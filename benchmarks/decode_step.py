@@ -28,7 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from backend.executor.attention.base import AttentionMetadata
-from backend.executor.model.model import DecoderLayer, LlamaModel
+from backend.executor.model.layer import DecoderLayer
+from backend.executor.model.model import LlamaModel
 from backend.executor.model.ops import ModelOps, torch_ops
 from backend.loading.loader import load_model
 from backend.loading.model_cache import pull

@@ -18,7 +18,8 @@ from typing import Any
 import torch
 
 from backend.executor.attention.base import AttentionMetadata
-from backend.executor.model.model import DecoderLayer, LlamaModel
+from backend.executor.model.layer import DecoderLayer
+from backend.executor.model.model import LlamaModel
 from backend.loading.loader import load_model
 from backend.loading.model_cache import pull
 

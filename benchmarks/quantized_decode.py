@@ -32,7 +32,7 @@ from gguf.quants import quantize
 
 from backend.executor.cpu import block_kernel, cpu_linear
 from backend.executor.cpu.block_linear import ACTIVATION_BITS, KINDS, BlockWeight, from_blocks
-from backend.executor.model.quant_blocks import BlockQuantized
+from backend.executor.cpu.quant_blocks import BlockQuantized
 from backend.executor.model.quantized_linear import quantize_int4
 from backend.loading.model_cache import resolve
 from bench.perplexity import load_mode

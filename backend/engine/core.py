@@ -19,7 +19,7 @@ from backend.engine.engine_config import EngineConfig
 from backend.engine.errors import EngineOverloaded, InvalidGenerateRequest, QueueTimeout
 from backend.engine.host import collector_paused, in_passing_thread, keep_freed_memory, release_freed_memory
 from backend.engine.output import delta, finish_reason, step_output
-from backend.engine.records import Completion, Delta, EngineStats, GenerateRequest
+from backend.engine.records import Completion, Delta, EngineStats, GenerateRequest, TokenLogprobs
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.scheduler import Scheduler
 from backend.engine.sequence import FinishReason, Sequence, SequenceStatus
@@ -27,7 +27,6 @@ from backend.engine.spec.speculation import Speculator
 from backend.engine.structured_output import GrammarCompiler
 from backend.engine.validation import validate_request
 from backend.executor.runner import ModelRunner, kv_block_bytes
-from backend.executor.sample.sampler import TokenLogprobs
 from backend.executor.sample.verification import DraftVerifier
 from backend.loading.loader import LoadedModel, load_model
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from backend.engine.records import Delta
+from backend.engine.records import Delta, TokenLogprobs
 from backend.engine.sequence import FinishReason, Sequence
-from backend.executor.sample.sampler import TokenLogprobs
 
 
 class Detokenizer(Protocol):

@@ -1,4 +1,9 @@
-"""What goes into the engine and what comes out of it."""
+"""What goes into the engine and what comes out of it: requests, deltas with their per-token logprobs and
+timings, stats. A leaf of the engine: the server reads these records without importing its behaviour.
+
+`TokenLogprobs` is the sampler's record (the executor cannot import the engine), passed through as the sampler
+built it and re-exported here, so the server never imports the executor.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,22 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from backend.engine.sampling_params import SamplingParams
-from backend.engine.sequence import RequestTimings
 from backend.executor.sample.sampler import TokenLogprobs
 
 if TYPE_CHECKING:
     from backend.engine.structured_output import GrammarState
+
+
+@dataclass(slots=True)
+class RequestTimings:
+    """time.monotonic() stamps of one request's life, for metrics."""
+
+    queued: float
+    scheduled: float | None = None  # first time it got a slot
+    first_token: float | None = None
+    finished: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    num_preemptions: int = 0
 
 
 @dataclass(slots=True)

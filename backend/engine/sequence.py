@@ -5,18 +5,18 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, Any
 
+from backend.engine.records import RequestTimings
 from backend.engine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     import torch
 
-    from backend.engine.spec.speculation import DraftState
+    from backend.engine.spec.state import DraftState
     from backend.engine.structured_output import GrammarState
-    from backend.executor.sample.penalties import PenaltyState
+    from backend.executor.sample.batch import PenaltyState
 
 
 class SequenceStatus(Enum):
@@ -31,18 +31,6 @@ class FinishReason(StrEnum):
     LENGTH = "length"
     ABORT = "abort"
     QUEUE_TIMEOUT = "queue_timeout"  # never reaches a Delta: the iterator raises QueueTimeout instead
-
-
-@dataclass(slots=True)
-class RequestTimings:
-    """time.monotonic() stamps of one request's life, for metrics."""
-
-    queued: float
-    scheduled: float | None = None  # first time it got a slot
-    first_token: float | None = None
-    finished: float | None = None
-    token_times: list[float] = field(default_factory=list)
-    num_preemptions: int = 0
 
 
 _arrivals = itertools.count()

@@ -13,8 +13,8 @@ import torch
 from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
+from backend.executor.cpu.quant_blocks import BLOCK_BYTES, BlockQuantized, Weight
 from backend.executor.model.config import ModelConfig, UnsupportedModelError
-from backend.executor.model.quant_blocks import BLOCK_BYTES, BlockQuantized, Weight
 
 SUPPORTED_TENSOR_TYPES = frozenset(
     GGMLQuantizationType[name]

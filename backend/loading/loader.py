@@ -8,11 +8,11 @@ from pathlib import Path
 
 import torch
 
+from backend.executor.cpu.quant_blocks import Weight
 from backend.executor.model import quantized_linear
 from backend.executor.model.config import ModelConfig, UnsupportedModelError
 from backend.executor.model.model import LlamaModel
 from backend.executor.model.ops import ModelOps
-from backend.executor.model.quant_blocks import Weight
 from backend.loading.gguf_weights import read_gguf
 from backend.loading.safetensors_weights import read_hf_folder
 from backend.loading.tokenizer import Tokenizer

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from backend.executor.sample.sampler import TokenLogprobs
+from backend.engine.records import TokenLogprobs
 
 
 class LogprobsFormatter:

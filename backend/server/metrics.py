@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from backend.engine.sequence import RequestTimings
+from backend.engine.records import RequestTimings
 
 PREFIX = "tidegate_backend_"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend.executor.sample.sampler import TokenLogprobs
+from backend.engine.records import TokenLogprobs
 from backend.server.logprobs import LogprobsFormatter
 from backend.server.protocol import Endpoint
 

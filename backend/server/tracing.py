@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
-from backend.engine.sequence import RequestTimings
+from backend.engine.records import RequestTimings
 from common.telemetry import INSTRUMENTATION, extract_context, tracer_provider
 from config.gateway import Tracing as TracingSettings
 

@@ -16,9 +16,10 @@ import torch
 from backend.engine.host import collector_paused, in_passing_thread
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.sequence import Sequence, TokenCounts
+from backend.engine.spec.state import DraftKV
 from backend.executor.model.config import ModelConfig
 from backend.executor.runner import ModelRunner
-from backend.executor.sample.penalties import PenaltyState
+from backend.executor.sample.batch import PenaltyState
 from backend.executor.sample.sampler import argmax_rows
 from backend.loading.loader import load_model
 
@@ -56,14 +57,6 @@ class DraftView(TokenCounts):
 class _DraftBatch:
     seqs: list[DraftView]
     num_new_tokens: list[int]
-
-
-@dataclass(slots=True)
-class DraftKV:
-    """How much of one sequence's draft KV is valid, and in which block table it was written."""
-
-    num_computed_tokens: int = 0
-    block_table: list[int] | None = None
 
 
 class DraftModel:

@@ -63,7 +63,7 @@ class TorchAttention:
 
     def plan(self, meta: AttentionMetadata, block_size: int, dtype: torch.dtype) -> TorchAttentionPlan:
         """Split the step into kernel rows or length-sorted decode chunks, and prefill chunks, once for all layers."""
-        kernel = self.use_kernel and paged_kernel.serves(meta, dtype)
+        kernel = self.use_kernel and paged_kernel.serves(meta.context_lens.device, dtype)
         one_thread_keys = self.one_thread_keys if torch.get_num_threads() > 1 else -1
         return _make_plan(meta, block_size, dtype, self.decode_chunk_tokens, one_thread_keys, kernel)
 
@@ -170,7 +170,7 @@ def _make_plan(
     rows = None
     if short:
         q_lens = [starts[i + 1] - starts[i] for i in short]
-        rows = paged_kernel.rows_for(meta, short, [starts[i] for i in short], q_lens)
+        rows = paged_kernel.rows_for(meta.context_lens, meta.block_tables, short, [starts[i] for i in short], q_lens)
     chunks: list[_DecodeChunk] = []
     first = 0
     if decodes and len(decodes) * _padded(max(ctx_lens[i] for i in decodes), block_size) <= chunk_tokens:

@@ -20,7 +20,7 @@ from types import ModuleType
 
 import torch
 
-from backend.executor.model.quant_blocks import BLOCK, BLOCK_BYTES, BlockQuantized
+from backend.executor.cpu.quant_blocks import BLOCK, BLOCK_BYTES, BlockQuantized
 
 KINDS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2}
 GROUP = 8  # output rows interleaved together (csrc/block_format.h)

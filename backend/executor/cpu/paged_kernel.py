@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import torch
 
-from backend.executor.attention.base import AttentionMetadata
 from backend.executor.cpu import block_kernel
 
 # Sequences with at most this many new tokens go through the kernel; longer prefill chunks keep SDPA, whose
@@ -38,23 +37,24 @@ def available() -> bool:
     return block_kernel.has_op("paged_attention")
 
 
-def serves(meta: AttentionMetadata, dtype: torch.dtype) -> bool:
-    """Whether the kernel can take this step's short sequences: a float32 cache on the CPU, and a built kernel."""
-    return dtype == torch.float32 and meta.context_lens.device.type == "cpu" and available()
+def serves(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the kernel can take a step's short sequences: a float32 cache, metadata on the CPU (`device`), and
+    a built kernel."""
+    return dtype == torch.float32 and device.type == "cpu" and available()
 
 
-def rows_for(meta: AttentionMetadata, seqs: list[int], starts: list[int], q_lens: list[int]) -> KernelRows:
-    """The kernel's view of sequences `seqs` of the step (their first rows `starts`, their `q_lens` tokens)."""
-    if len(seqs) == meta.context_lens.numel():
-        context_lens, tables = meta.context_lens, meta.block_tables
-    else:
+def rows_for(context_lens: torch.Tensor, block_tables: torch.Tensor, seqs: list[int], starts: list[int],
+             q_lens: list[int]) -> KernelRows:
+    """The kernel's view of sequences `seqs` of a step whose sequences have `context_lens` and `block_tables`
+    (the attention metadata's), given their first rows `starts` and their `q_lens` tokens."""
+    if len(seqs) != context_lens.numel():
         idx = torch.tensor(seqs, dtype=torch.long)
-        context_lens, tables = meta.context_lens.index_select(0, idx), meta.block_tables.index_select(0, idx)
+        context_lens, block_tables = context_lens.index_select(0, idx), block_tables.index_select(0, idx)
     return KernelRows(
         torch.tensor(starts, dtype=torch.int32),
         torch.tensor(q_lens, dtype=torch.int32),
         context_lens.to(torch.int32).contiguous(),
-        tables.to(torch.int32).contiguous(),
+        block_tables.to(torch.int32).contiguous(),
     )
 
 

@@ -11,12 +11,11 @@ from backend.executor.kernels.activation import silu_and_mul
 from backend.executor.kernels.fused_norm import add_rms_norm, rms_norm
 from backend.executor.kernels.kv_write import write_kv
 from backend.executor.kernels.paged_attention import paged_attention
-from backend.executor.kernels.rotary import apply_rotary, build_cos_sin_cache, rotate
+from backend.executor.kernels.rotary import apply_rotary, rotate
 
 __all__ = [
     "add_rms_norm",
     "apply_rotary",
-    "build_cos_sin_cache",
     "paged_attention",
     "rms_norm",
     "rotate",

@@ -6,9 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from backend.executor.model.rotary import build_cos_sin_cache
-
-__all__ = ["apply_rotary", "build_cos_sin_cache", "rotate"]
+__all__ = ["apply_rotary", "rotate"]
 
 
 @triton.jit

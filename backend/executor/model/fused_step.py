@@ -12,18 +12,32 @@ any other step (prefill chunks, other quantizations, the SDPA or Triton paths) k
 from __future__ import annotations
 
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import torch
+from torch import nn
 
 from backend.executor.attention.torch_attention import TorchAttention, TorchAttentionPlan
 from backend.executor.cpu import elementwise_kernel
 from backend.executor.cpu.block_linear import ACTIVATION_BITS, KINDS, BlockWeight
-
-if TYPE_CHECKING:
-    from backend.executor.model.model import DecoderLayer, LlamaModel
+from backend.executor.model.layer import DecoderLayer, RMSNorm
+from backend.executor.model.ops import ModelOps
+from backend.executor.model.rotary import Rotary
 
 _ABSENT = torch.empty(0)
+
+
+class Decoder(Protocol):
+    """What the stack is built from: a `LlamaModel` (model.py), which builds its own stack on load."""
+
+    @property
+    def ops(self) -> ModelOps: ...
+    @property
+    def layers(self) -> nn.ModuleList: ...
+    @property
+    def norm(self) -> RMSNorm: ...
+    @property
+    def rotary(self) -> Rotary: ...
 
 
 class FusedLayers:
@@ -33,7 +47,7 @@ class FusedLayers:
         self._stack = stack
 
     @classmethod
-    def build(cls, model: LlamaModel) -> FusedLayers | None:
+    def build(cls, model: Decoder) -> FusedLayers | None:
         """The stack for `model`, or None where some layer or op is not one the C++ call runs."""
         ops = model.ops
         if not (ops.rotary is elementwise_kernel.rotate and ops.add_rms_norm is elementwise_kernel.add_rms_norm

@@ -18,7 +18,7 @@ import torch
 
 from backend.executor.cpu import block_kernel
 from backend.executor.cpu.block_linear import BlockWeight, from_blocks
-from backend.executor.model.quant_blocks import BLOCK, BlockQuantized, Weight, as_float
+from backend.executor.cpu.quant_blocks import BLOCK, BlockQuantized, Weight, as_float
 
 GROUP = BLOCK  # inputs per int4 scale; GGML's block size, so Q4 blocks keep their own scales
 

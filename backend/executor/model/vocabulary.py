@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from backend.executor.cpu.block_linear import BlockWeight
-from backend.executor.model.quant_blocks import BlockQuantized, Weight
+from backend.executor.cpu.quant_blocks import BlockQuantized, Weight
 from backend.executor.model.quantized_linear import Int8Weight, form_for, quantize, quantize_int8
 
 REFINED = 16  # candidates per row recomputed in float32: far more than bfloat16's rounding can reorder

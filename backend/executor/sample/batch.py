@@ -1,4 +1,5 @@
-"""What the executor reads of one step: the engine's sequences seen through the fields a step needs.
+"""What the executor reads of one step: the engine's sequences seen through the fields a step needs, and the
+state the sampler keeps on them (`PenaltyState`).
 
 The engine's records satisfy these protocols structurally, so the executor never imports the engine.
 """
@@ -6,12 +7,9 @@ The engine's records satisfy these protocols structurally, so the executor never
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    import torch
-
-    from backend.executor.sample.penalties import PenaltyState
+import torch
 
 
 class SamplingOptions(Protocol):
@@ -49,6 +47,21 @@ class TokenConstraint(Protocol):
     """A sequence's grammar, as the mask step reads it (see backend.executor.sample.token_mask)."""
 
     def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int) -> None: ...
+
+
+class PenaltyState:
+    """One sequence's output-token counts and the set of its prompt tokens, as vocabulary-wide tensors."""
+
+    __slots__ = ("counts", "in_prompt")
+
+    def __init__(self, token_ids: list[int], num_prompt_tokens: int, vocab: int, device: torch.device) -> None:
+        ids = torch.tensor(token_ids, dtype=torch.int64, device=device)
+        self.counts = torch.bincount(ids[num_prompt_tokens:], minlength=vocab)[:vocab].float()
+        self.in_prompt = torch.zeros(vocab, dtype=torch.bool, device=device)
+        self.in_prompt[ids[:num_prompt_tokens]] = True
+
+    def record(self, token_id: int) -> None:
+        self.counts[token_id] += 1
 
 
 class StepSequence(Protocol):

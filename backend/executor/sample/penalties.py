@@ -14,22 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from backend.executor.sample.batch import StepSequence
-
-
-class PenaltyState:
-    """One sequence's output-token counts and the set of its prompt tokens, as vocabulary-wide tensors."""
-
-    __slots__ = ("counts", "in_prompt")
-
-    def __init__(self, token_ids: list[int], num_prompt_tokens: int, vocab: int, device: torch.device) -> None:
-        ids = torch.tensor(token_ids, dtype=torch.int64, device=device)
-        self.counts = torch.bincount(ids[num_prompt_tokens:], minlength=vocab)[:vocab].float()
-        self.in_prompt = torch.zeros(vocab, dtype=torch.bool, device=device)
-        self.in_prompt[ids[:num_prompt_tokens]] = True
-
-    def record(self, token_id: int) -> None:
-        self.counts[token_id] += 1
+from backend.executor.sample.batch import PenaltyState, StepSequence
 
 
 def apply_penalties(logits: torch.Tensor, seqs: Sequence[StepSequence]) -> list[int]:

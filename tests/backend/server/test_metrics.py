@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from backend.engine.records import EngineStats
-from backend.engine.sequence import RequestTimings
+from backend.engine.records import EngineStats, RequestTimings
 from backend.server.metrics import BackendMetrics
 
 

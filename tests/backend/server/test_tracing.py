@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from backend.engine.sequence import RequestTimings
+from backend.engine.records import RequestTimings
 from backend.server.tracing import setup_backend_tracing
 from config.gateway import Tracing as TracingSettings
 from gateway.observe.tracing import setup_tracing

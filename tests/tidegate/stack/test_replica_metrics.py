@@ -7,8 +7,7 @@ import math
 
 import pytest
 
-from backend.engine.records import EngineStats
-from backend.engine.sequence import RequestTimings
+from backend.engine.records import EngineStats, RequestTimings
 from backend.server.metrics import BackendMetrics
 from tidegate.stack.replica_metrics import bucket_increase, histogram_quantile, parse_load
 

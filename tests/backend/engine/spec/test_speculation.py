@@ -14,7 +14,8 @@ import torch
 from backend.engine.core import Engine, EngineConfig
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.spec import draft_model
-from backend.engine.spec.speculation import DraftState, propose_ngram, worth_drafting
+from backend.engine.spec.speculation import propose_ngram
+from backend.engine.spec.state import DraftState, worth_drafting
 from backend.loading.loader import load_model
 from tests.backend.tiny_models import tiny_config, tiny_hf_model, write_hf_folder
 

@@ -19,8 +19,8 @@ from gguf.quants import dequantize, quantize
 
 from backend.executor.cpu import block_kernel
 from backend.executor.cpu.block_linear import BlockWeight, from_blocks, interleave
+from backend.executor.cpu.quant_blocks import BlockQuantized
 from backend.executor.model.model import LlamaModel
-from backend.executor.model.quant_blocks import BlockQuantized
 from backend.executor.model.quantized_linear import Int4Weight, Int8Weight, form_for
 from backend.executor.model.quantized_linear import quantize as quantize_form
 from backend.loading.gguf_weights import read_gguf

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from backend.executor import kernels
-from backend.executor.kernels import apply_rotary, build_cos_sin_cache
+from backend.executor.kernels import apply_rotary
 from backend.executor.model import rotary
+from backend.executor.model.rotary import build_cos_sin_cache
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 

@@ -15,8 +15,8 @@ from gguf.quants import dequantize, quantize
 
 from backend.executor.cpu import block_kernel
 from backend.executor.cpu.block_linear import BlockWeight
+from backend.executor.cpu.quant_blocks import BlockQuantized
 from backend.executor.model import quantized_linear
-from backend.executor.model.quant_blocks import BlockQuantized
 from backend.executor.model.quantized_linear import Int4Weight, Int8Weight, quantize_int4, quantize_int8
 from backend.executor.model.vocabulary import Vocabulary
 from backend.loading.loader import load_model

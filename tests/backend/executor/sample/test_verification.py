@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from backend.engine.sampling_params import SamplingParams
-from backend.executor.sample.penalties import PenaltyState
+from backend.executor.sample.batch import PenaltyState
 from backend.executor.sample.verification import DraftVerifier, target_probs
 from tests.backend.torch_threads import torch_threads
 
