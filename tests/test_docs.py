@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -62,11 +63,13 @@ def missing_paths(doc: Path, files: list[str]) -> list[str]:
 
 
 def repository_files() -> list[str]:
-    return [
-        "/" + str(path.relative_to(ROOT))
-        for path in ROOT.rglob("*")
-        if not {".git", ".venv", "__pycache__", "node_modules"} & set(path.parts)
-    ]
+    """Every file and folder under the root as "/a/b", hidden folders (.git, .venv) and caches left unwalked."""
+    found = []
+    for folder, subfolders, files in os.walk(ROOT):
+        subfolders[:] = [name for name in subfolders if not name.startswith(".") and name != "__pycache__"]
+        base = "/" + str(Path(folder).relative_to(ROOT))
+        found += [f"{base}/{name}" for name in (*subfolders, *files)]
+    return found
 
 
 def test_every_relative_link_and_anchor_in_the_docs_resolves() -> None:
