@@ -23,7 +23,7 @@ from backend.engine.core import Engine, EngineConfig
 from backend.engine.sampling_params import SamplingParams
 from backend.loading.model_cache import pull
 
-QUESTIONS = Path(__file__).parents[1] / "data" / "factual_questions.jsonl"
+QUESTIONS = Path(__file__).parents[1] / "bench" / "data" / "factual_questions.jsonl"
 SETTINGS: list[dict[str, Any]] = [
     {"temperature": 0.0},
     {"temperature": 0.1, "top_p": 0.9},

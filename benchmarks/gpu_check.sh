@@ -7,7 +7,7 @@
 #   4. SmolLM2 offline throughput on nano-vllm's workload, Triton vs torch attention.
 # Usage: benchmarks/gpu_check.sh [RESULT.json]   (env: PYTHON, TIDEGATE_GPU_CHECK_MODEL, TIDEGATE_GPU_CHECK_CAP)
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
 RESULT=${1:-gpu_check.json}

@@ -147,7 +147,7 @@ def main() -> None:
                                  "--served-model-name", "smollm2", "--port", str(port), "--threads",
                                  str(args.threads)], stdout=log, stderr=subprocess.STDOUT,
                                 env={**os.environ, "TIDEGATE_BACKEND__LOG_LEVEL": "warning"},
-                                cwd=Path(__file__).resolve().parents[2])
+                                cwd=Path(__file__).resolve().parents[1])
         try:
             url = f"http://127.0.0.1:{port}"
             wait_ready(url, proc)
