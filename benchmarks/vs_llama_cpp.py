@@ -121,9 +121,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--concurrency", default="1,8,32")
     parser.add_argument("--backend-args", default="", help="more flags for tidegate backend, e.g. --quantization none")
-    parser.add_argument("--workloads", type=workload_list, default=["random", "realistic"],
+    parser.add_argument("--workloads", "--workload", type=workload_list, default=["random", "realistic"],
                         help="tidegate bench's workloads, run in turn at each concurrency (default random,realistic; "
-                             "side-by-side claims give both)")
+                             "side-by-side claims give both; --workload is the same flag)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     model = resolve(args.model)
