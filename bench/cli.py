@@ -70,8 +70,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="tokens of a shared system prompt at the head of every turn of a conversation")
     work.add_argument("--multi-turn", type=int, default=1, metavar="TURNS", help="turns per conversation")
     work.add_argument("--dataset", type=Path, help="JSONL of {prompt|messages, output_len?}")
-    work.add_argument("--workload", choices=["random", "grounded"], default="random",
-                      help="random words, or grounded: edit or summarise a passage of a shipped text")
+    work.add_argument("--workload", choices=["random", "grounded", "realistic"], default="random",
+                      help="random words; grounded: edit or summarise a passage of a shipped text; realistic: "
+                           "shipped chat turns and questions answered until EOS (--output-len is the cap)")
     work.add_argument("--tokenizer", type=Path, help="tokenizer.json, HF folder or .gguf (default SmolLM2)")
 
     out = parser.add_argument_group("results")
@@ -135,8 +136,9 @@ def main(args: argparse.Namespace) -> int:
         write_csv(args.csv, summaries)
     if args.png:
         first = summaries[0]
-        plot_sweep(args.png, summaries, f"{first.get('model', '')}: {first.get('input_len')} in / "
-                                        f"{first.get('output_len')} out")
+        lengths = f"{first.get('input_len')} in" if first.get("input_len") is not None else \
+            f"{first.get('workload')} prompts"
+        plot_sweep(args.png, summaries, f"{first.get('model', '')}: {lengths} / {first.get('output_len')} out")
     return status
 
 
@@ -145,10 +147,12 @@ def _run(args: argparse.Namespace, slo: Slo | None) -> list[dict[str, Any]]:
         raise UsageError("--base-url and --model are required")
     if (args.plan or args.png) and not args.sweep:
         raise UsageError("--png and --plan need a sweep: give --sweep, or --from-json with a saved one")
-    target = Target(args.base_url, args.model, args.api_key, args.endpoint, args.timeout, args.ignore_eos)
+    realistic = args.workload == "realistic"
+    ignore_eos = args.ignore_eos and not realistic  # realistic answers end at EOS
+    target = Target(args.base_url, args.model, args.api_key, args.endpoint, args.timeout, ignore_eos)
     spec = WorkloadSpec(args.input_len, args.output_len, args.range_ratio, args.shared_prefix_len,
                         args.num_prefixes, args.multi_turn, args.dataset, args.system_prompt_len,
-                        args.workload == "grounded")
+                        args.workload == "grounded", realistic)
     num_requests = args.num_requests if args.num_requests is not None or args.duration is not None else 100
     levels: list[int | None] = list(args.sweep) if args.sweep else [
         None if args.rate is not None else (1 if args.concurrency is None else args.concurrency)]
@@ -165,7 +169,10 @@ def _run(args: argparse.Namespace, slo: Slo | None) -> list[dict[str, Any]]:
         progress = Progress(label, num_requests, args.duration) if args.progress else None
         result = asyncio.run(LoadGenerator(target, workload, profile, progress).run())
         summary = result.summary(slo) | {"base_url": args.base_url, "model": args.model,
-                                          "endpoint": args.endpoint, "input_len": args.input_len,
+                                          "endpoint": args.endpoint, "workload": args.workload,
+                                          "ignore_eos": ignore_eos,
+                                          # realistic prompts are as long as the set's text, not --input-len
+                                          "input_len": None if realistic else args.input_len,
                                           "output_len": args.output_len}
         if args.save_requests:
             summary["requests"] = [r.to_dict() for r in result.records]

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from bench.realistic import transcript
 from bench.records import MeasuredRequest
 from bench.workloads import Message, RequestSpec
 
@@ -56,12 +57,16 @@ class Target:
         if self.chat:
             body["messages"] = messages
             limit_key = "max_completion_tokens"
+        elif spec.natural:
+            body["prompt"] = transcript(messages)
+            body["stop"] = ["\nUser:"]  # the answer ends where the model would start the user's next turn
+            limit_key = "max_tokens"
         else:
             body["prompt"] = "".join(m["content"] for m in messages)
             limit_key = "max_tokens"
         if spec.output_len is not None:
             body[limit_key] = spec.output_len
-            if self.ignore_eos:
+            if self.ignore_eos and not spec.natural:  # a real prompt's answer ends where the model ends it
                 body["ignore_eos"] = True
         return body
 

@@ -2,7 +2,9 @@
 
 TTFT, TPOT = (E2EL - TTFT) / (output tokens - 1), ITL (every gap between text chunks) and E2EL, each as
 mean, median, std, P95 and P99 in milliseconds; request, output and total token throughput over the run's
-duration; goodput as the rate of requests meeting every SLO; failures counted by status.
+duration (completed requests only); output tokens per completed request (mean, median, P95: with answers
+ending at EOS, what was actually generated); goodput as the rate of requests meeting every SLO; failures
+counted by status.
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ def distribution(name: str, values_s: Sequence[float]) -> dict[str, float]:
 
 
 def summarize(records: Sequence[MeasuredRequest], duration: float, slo: Slo | None = None) -> dict[str, Any]:
-    """The run's figures under vLLM's key names; `duration` is start of the run to its last completion."""
+    """The run's figures under vLLM's key names; `duration` runs from the start of the run to the end of its
+    last request, completed or failed, and only completed requests count toward throughput."""
     done = [r for r in records if r.ok]
     failed = [r for r in records if not r.ok]
     total_in = sum(r.input_tokens for r in done)
@@ -108,6 +111,9 @@ def summarize(records: Sequence[MeasuredRequest], duration: float, slo: Slo | No
         "output_throughput": total_out / per,
         "total_token_throughput": (total_in + total_out) / per,
     }
+    lengths = np.asarray([r.output_tokens for r in done] or [0], dtype=float)
+    out.update({"mean_output_len": float(lengths.mean()), "median_output_len": float(np.median(lengths)),
+                "p95_output_len": float(np.percentile(lengths, 95.0))})
     if slo is not None:
         good = sum(1 for r in done if slo.met_by(r))
         out["slo"] = slo.describe()

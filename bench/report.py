@@ -23,9 +23,17 @@ def _num(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
+def _lengths(s: dict[str, Any]) -> str | None:
+    if "mean_output_len" not in s:  # a result saved before these figures existed
+        return None
+    return f"{s['mean_output_len']:.1f}/{s['median_output_len']:.0f}/{s['p95_output_len']:.0f}"
+
+
 def format_summary(s: dict[str, Any]) -> str:
     """One run as vLLM prints it, plus errors by status, client queueing and the achieved rate."""
     rows: list[tuple[str, Any]] = [
+        ("Workload:", s.get("workload")),
+        ("ignore_eos sent:", s.get("ignore_eos")),
         ("Max concurrency:", s.get("max_concurrency")),
         ("Requested rate (req/s):", s.get("requested_rate")),
         ("Successful requests:", s["completed"]),
@@ -38,6 +46,7 @@ def format_summary(s: dict[str, Any]) -> str:
         ("Benchmark duration (s):", s["duration"]),
         ("Total input tokens:", s["total_input_tokens"]),
         ("Total generated tokens:", s["total_output_tokens"]),
+        ("Output tokens per request, mean/P50/P95:", _lengths(s)),
         ("Request throughput (req/s):", s["request_throughput"]),
     ]
     if "request_goodput" in s:
@@ -70,6 +79,7 @@ def format_summary(s: dict[str, Any]) -> str:
 
 SWEEP_COLUMNS = (("conc", "max_concurrency", 0), ("ok", "completed", 0), ("fail", "failed", 0),
                  ("req/s", "request_throughput", 2), ("out tok/s", "output_throughput", 1),
+                 ("mean out len", "mean_output_len", 1), ("P95 out len", "p95_output_len", 1),
                  ("P50 TTFT", "median_ttft_ms", 1), ("P95 TTFT", "p95_ttft_ms", 1),
                  ("P99 TTFT", "p99_ttft_ms", 1), ("P95 TPOT", "p95_tpot_ms", 1),
                  ("P99 TPOT", "p99_tpot_ms", 1), ("P95 E2EL", "p95_e2el_ms", 1))

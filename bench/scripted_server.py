@@ -39,6 +39,7 @@ class Script:
     truncate: set[int] = field(default_factory=set)  # requests whose stream closes after 2 tokens, no [DONE]
     no_usage: bool = False  # leave out the usage chunk, as servers that ignore stream_options do
     count_tokens: Callable[[str], int] = lambda text: len(text.split())
+    eos_after: int | None = None  # answers end after this many tokens, as a model's EOS, unless ignore_eos is sent
     bodies: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -54,6 +55,8 @@ def build_app(script: Script) -> Starlette:
         chat = request.url.path.endswith("/chat/completions")
         prompt = "".join(m["content"] for m in body["messages"]) if chat else body["prompt"]
         n_out = body.get("max_completion_tokens" if chat else "max_tokens", 16)
+        if script.eos_after is not None and not body.get("ignore_eos"):
+            n_out = min(n_out, script.eos_after)
         return StreamingResponse(_stream(script, number, chat, script.count_tokens(prompt), n_out),
                                  media_type="text/event-stream")
 

@@ -1,6 +1,7 @@
 """What the load generator sends: synthetic prompts of exact token lengths, shared prefixes, multi-turn
-conversations, input-grounded tasks (edit or summarise a passage of a shipped public-domain text), or
-prompts read from a JSONL file.
+conversations, input-grounded tasks (edit or summarise a passage of a shipped public-domain text), real
+chat turns and questions answered until the model's own end (bench/realistic.py), or prompts read from a
+JSONL file.
 
 Every workload yields conversations; a single-turn request is a conversation of one turn, so the load
 generator has one unit of work.
@@ -15,6 +16,7 @@ from pathlib import Path
 from random import Random
 from typing import Any, cast
 
+from bench.realistic import realistic_set
 from bench.tokenizer import PromptTokenizer
 
 Message = dict[str, str]
@@ -40,6 +42,7 @@ class RequestSpec:
     input_tokens: int  # locally counted; 0 when unknown
     output_len: int | None  # None leaves max_tokens to the server
     system: str | None = None  # a system prompt sent ahead of every turn of the conversation
+    natural: bool = False  # a real prompt: answered until EOS, sent as User:/Assistant: lines on /v1/completions
 
 
 Conversation = list[RequestSpec]
@@ -58,6 +61,7 @@ class WorkloadSpec:
     dataset: Path | None = None
     system_prompt_len: int = 0  # tokens of a system prompt (one of num_prefixes) at the head of each conversation
     grounded: bool = False  # edit or summarise a passage of GROUNDED_TEXT instead of random words
+    realistic: bool = False  # the shipped real set, answers ending at EOS with output_len as their cap
 
     def __post_init__(self) -> None:
         if self.input_len < 1 or self.output_len < 1:
@@ -76,13 +80,17 @@ class WorkloadSpec:
                               or self.turns > 1):
             raise WorkloadError(
                 "--workload grounded takes none of --dataset, --shared-prefix-len, --system-prompt-len, --multi-turn")
+        if self.realistic and (self.grounded or self.dataset is not None or self.shared_prefix_len
+                               or self.system_prompt_len or self.turns > 1):
+            raise WorkloadError("--workload realistic takes none of --dataset, --shared-prefix-len, "
+                                "--system-prompt-len, --multi-turn (its prompts and turns come from its set)")
 
 
 class Workload:
     """An endless, seeded stream of conversations built from a `WorkloadSpec`."""
 
     def __init__(self, spec: WorkloadSpec, tokenizer: PromptTokenizer | None, seed: int = 0) -> None:
-        if spec.dataset is None and tokenizer is None:
+        if spec.dataset is None and not spec.realistic and tokenizer is None:
             raise WorkloadError("synthetic prompts need a tokenizer")
         self.spec = spec
         self.tokenizer = tokenizer
@@ -127,11 +135,22 @@ class Workload:
         prompt = f"{task}\n\n{' '.join(passage)}"
         return RequestSpec(prompt, self.tokenizer.count(prompt), self._length(self.spec.output_len))
 
+    def _realistic(self) -> Conversation:
+        """A conversation of the shipped set; every turn's output is capped at output_len, not forced to it."""
+        real = self.rng.choice(realistic_set())
+        # input tokens of later turns include the history, whose answers are known only at run time:
+        # the local count is the turn alone, and the server's usage replaces it
+        return [RequestSpec(turn, self.tokenizer.count(turn) if self.tokenizer else 0, self.spec.output_len,
+                            real.system, natural=True) for turn in real.turns]
+
     def conversations(self) -> Iterator[Conversation]:
         if self._dataset is not None:
             while True:  # cycles the file, so a duration-bounded run never runs dry
                 for spec in self._dataset:
                     yield [self._counted(spec)]
+        if self.spec.realistic:
+            while True:
+                yield self._realistic()
         if self.spec.grounded:
             while True:
                 yield [self._grounded()]

@@ -108,3 +108,32 @@ def test_conflicting_flags_are_argparse_errors(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["bench", "--base-url", "http://x", "--model", "m", *argv])
     assert exc.value.code == 2
+
+
+@pytest.mark.parametrize("endpoint", ["/v1/completions", "/v1/chat/completions"])
+def test_realistic_workload_runs_to_eos_and_says_so(mock: Mock, tmp_path: Path, endpoint: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    script = Script(ttft=0.01, gap=0.002, eos_after=5, fail={4: 500})
+    with mock(script) as url:
+        code = main(["bench", "--base-url", url, "--model", "m", "--endpoint", endpoint, "--workload", "realistic",
+                     "--concurrency", "2", "--num-requests", "16", "--output-len", "40", "--seed", "1",
+                     "--no-progress", "--json", str(tmp_path / "r.json")])
+    assert code == 0
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert (data["workload"], data["ignore_eos"], data["input_len"], data["output_len"]) == (
+        "realistic", False, None, 40)
+    # every answer ended at the model's EOS, well under the cap, and the failure stays beside throughput
+    assert (data["completed"], data["failed"]) == (15, 1)
+    assert data["mean_output_len"] == data["median_output_len"] == data["p95_output_len"] == 5
+    assert data["total_output_tokens"] == 15 * 5 and data["request_throughput"] == pytest.approx(
+        15 / data["duration"])
+    out = capsys.readouterr().out
+    assert "Workload:" in out and "realistic" in out and "Output tokens per request, mean/P50/P95:" in out
+    assert "5.0/5/5" in out and "Failed requests:" in out
+    limit = "max_completion_tokens" if endpoint.endswith("chat/completions") else "max_tokens"
+    assert all("ignore_eos" not in b and b[limit] == 40 for b in script.bodies)
+    if endpoint.endswith("chat/completions"):
+        # later turns of the set's chats carry the history with the server's own answers
+        assert any([m["role"] for m in b["messages"]][-3:] == ["user", "assistant", "user"] for b in script.bodies)
+    else:
+        assert all(b["prompt"].endswith("Assistant:") for b in script.bodies)

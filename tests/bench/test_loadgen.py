@@ -161,3 +161,14 @@ def test_arrival_gaps_have_the_requested_mean_and_burstiness() -> None:
 def test_profiles_that_describe_no_run_are_refused(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ProfileError):
         LoadProfile(**kwargs)
+
+
+def test_duration_runs_to_the_end_of_the_last_request_even_a_failed_one(mock: Mock, tokenizer: PromptTokenizer) -> None:
+    # the last request stalls until its deadline: throughput must count that time, not stop at the last success
+    with mock(Script(ttft=0.01, gap=0.002, stall={3})) as url:
+        result = run(url, tokenizer, LoadProfile(concurrency=1, num_requests=3), timeout=1.0)
+    last = result.records[-1]
+    assert not last.ok and last.end is not None
+    s = result.summary()
+    assert s["duration"] >= last.end >= 1.0 and s["completed"] == 2
+    assert s["request_throughput"] == pytest.approx(2 / s["duration"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from bench.metrics import Slo, SloError, distribution, summarize
@@ -112,3 +113,11 @@ def test_e2el_slo_is_applied() -> None:
 def test_malformed_slo_is_rejected_with_a_reason(text: str) -> None:
     with pytest.raises(SloError):
         Slo.parse(text)
+
+
+def test_output_length_figures_describe_only_completed_answers() -> None:
+    records = [record(i, 0.1, 0.01, tokens) for i, tokens in enumerate((2, 4, 6, 40))] + [failed(9, "500", 500)]
+    s = summarize(records, 2.0)
+    assert s["mean_output_len"] == 13.0 and s["median_output_len"] == 5.0
+    assert s["p95_output_len"] == pytest.approx(float(np.percentile([2, 4, 6, 40], 95)))
+    assert (s["completed"], s["failed"], s["request_throughput"]) == (4, 1, 2.0)

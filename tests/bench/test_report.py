@@ -99,3 +99,11 @@ def test_summary_is_plain_json_even_when_nothing_met_the_slo_or_completed() -> N
         assert (summary["completed"], summary["errors"]) == (completed, {"503": 1})
         assert summary["request_goodput"] == 0.0 and summary["slo_attainment"] == 0.0  # every TTFT is over 10 ms
     assert summary["p99_ttft_ms"] == 0.0 and summary["output_throughput"] == 0.0  # numbers, where none was timed
+
+
+def test_console_table_names_the_workload_and_the_output_lengths_generated() -> None:
+    summary = sample_run().summary() | {"workload": "realistic", "ignore_eos": False}
+    text = format_summary(summary)
+    assert "Workload:" in text and "realistic" in text and "ignore_eos sent:" in text
+    assert "Output tokens per request, mean/P50/P95:" in text
+    assert "mean out len" in format_sweep([summary])

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.client import Target
+from bench.realistic import CHAT_TURNS, PASSAGES, QUESTIONS, realistic_set
 from bench.tokenizer import PromptTokenizer
 from bench.workloads import GROUNDED_TASKS, GROUNDED_TEXT, Workload, WorkloadError, WorkloadSpec
 
@@ -132,3 +133,54 @@ def test_grounded_prompts_quote_the_shipped_text_at_about_the_input_length(token
 def test_grounded_workload_refuses_options_it_cannot_honour() -> None:
     with pytest.raises(WorkloadError, match="grounded"):
         WorkloadSpec(grounded=True, turns=2)
+
+
+def _shipped_text() -> str:
+    return "\n".join(path.read_text(encoding="utf-8") for path in (CHAT_TURNS, QUESTIONS, PASSAGES))
+
+
+def test_realistic_prompts_come_from_the_shipped_set_with_output_len_as_a_cap(tokenizer: PromptTokenizer) -> None:
+    shipped = _shipped_text()
+    convs = take(Workload(WorkloadSpec(output_len=200, realistic=True), tokenizer, seed=3), 200)
+    for conversation in convs:
+        for spec in conversation:
+            assert isinstance(spec.prompt, str) and spec.natural and spec.output_len == 200
+            # a chat turn or question verbatim, or a task over a paragraph of the shipped text
+            assert json.dumps(spec.prompt)[1:-1] in shipped or spec.prompt.split("\n\n", 1)[1] in shipped
+            assert spec.input_tokens == tokenizer.count(spec.prompt)
+    assert any(len(c) > 1 for c in convs)  # the set's multi-turn chats stay conversations
+    assert len({c[0].prompt for c in convs}) > 30
+    assert len(realistic_set()) >= 100
+
+
+def test_realistic_completions_body_is_a_transcript_capped_by_max_tokens_without_ignore_eos() -> None:
+    spec = next(c[1] for c in (Workload(WorkloadSpec(output_len=64, realistic=True), None, seed=0).conversations())
+                if len(c) > 1)
+    target = Target("http://127.0.0.1:1", "m")  # ignore_eos on: a real prompt still leaves it out
+    body = target.body(spec, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
+    assert "ignore_eos" not in body and body["max_tokens"] == 64
+    assert f"User: hi\n\nAssistant: hello\n\nUser: {spec.prompt}" in body["prompt"]
+    assert body["prompt"].endswith("\n\nAssistant:") and body["stop"] == ["\nUser:"]
+
+
+def test_realistic_chat_body_sends_the_conversation_as_messages() -> None:
+    conversation = next(c for c in Workload(WorkloadSpec(output_len=64, realistic=True), None, seed=0)
+                        .conversations() if c[0].system)
+    target = Target("http://127.0.0.1:1", "m", endpoint="/v1/chat/completions")
+    history = [{"role": "user", "content": conversation[0].prompt}, {"role": "assistant", "content": "ok"}]
+    body = target.body(conversation[-1], history if len(conversation) > 1 else [])
+    assert "ignore_eos" not in body and "prompt" not in body and body["max_completion_tokens"] == 64
+    assert body["messages"][0] == {"role": "system", "content": conversation[0].system}
+    assert body["messages"][-1] == {"role": "user", "content": conversation[-1].prompt}
+
+
+def test_synthetic_bodies_still_force_their_length_with_ignore_eos(tokenizer: PromptTokenizer) -> None:
+    [[spec]] = take(Workload(WorkloadSpec(input_len=8, output_len=4), tokenizer), 1)
+    assert Target("http://127.0.0.1:1", "m").body(spec, [])["ignore_eos"] is True
+
+
+def test_realistic_workload_refuses_options_it_cannot_honour() -> None:
+    with pytest.raises(WorkloadError, match="realistic"):
+        WorkloadSpec(realistic=True, turns=2)
+    with pytest.raises(WorkloadError, match="realistic"):
+        WorkloadSpec(realistic=True, system_prompt_len=8)
