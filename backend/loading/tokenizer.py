@@ -25,6 +25,7 @@ class Tokenizer:
         bos_token: str | None,
         eos_token: str | None,
         add_bos_token: bool,
+        add_eos_token: bool = False,
         chat_template: str | None,
         max_context: int,
         extra_special: dict[str, str | None] | None = None,
@@ -34,6 +35,7 @@ class Tokenizer:
         self.bos_token_id: int | None = backend.token_to_id(bos_token) if bos_token else None
         self.eos_token_id: int | None = backend.token_to_id(eos_token) if eos_token else None
         self._add_bos = add_bos_token and self.bos_token_id is not None
+        self._add_eos = add_eos_token and self.eos_token_id is not None
         end_of_turn = {backend.token_to_id(t) for t in _END_OF_TURN}
         eos = {self.eos_token_id, *extra_eos_ids} | end_of_turn
         self.eos_token_ids: frozenset[int] = frozenset(i for i in eos if i is not None)
@@ -56,7 +58,9 @@ class Tokenizer:
             backend,
             bos_token=token("bos_token_id"),
             eos_token=token("eos_token_id"),
+            # llama.cpp adds BOS to a SentencePiece vocabulary whose file does not say otherwise.
             add_bos_token=bool(meta.get("tokenizer.ggml.add_bos_token", meta["tokenizer.ggml.model"] == "llama")),
+            add_eos_token=bool(meta.get("tokenizer.ggml.add_eos_token", False)),
             chat_template=meta.get("tokenizer.chat_template"),
             max_context=max_context,
             extra_special={"unk_token": token("unknown_token_id"), "pad_token": token("padding_token_id")},
@@ -86,9 +90,18 @@ class Tokenizer:
         )
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        """Token ids of `text`; with `add_special_tokens`, BOS is prepended when the model wants it."""
+        """Token ids of `text`; with `add_special_tokens`, BOS (and EOS) are added when the model wants them."""
         ids: list[int] = self._backend.encode(text, add_special_tokens=add_special_tokens).ids
         if add_special_tokens and self._add_bos and self.bos_token_id is not None:
+            ids.insert(0, self.bos_token_id)
+        if add_special_tokens and self._add_eos and self.eos_token_id is not None:
+            ids.append(self.eos_token_id)
+        return ids
+
+    def encode_chat(self, rendered: str) -> list[int]:
+        """Ids of a rendered chat prompt: BOS when the model wants one, unless the template already wrote it."""
+        ids: list[int] = self._backend.encode(rendered, add_special_tokens=False).ids
+        if self._add_bos and self.bos_token_id is not None and ids[:1] != [self.bos_token_id]:
             ids.insert(0, self.bos_token_id)
         return ids
 

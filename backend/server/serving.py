@@ -159,7 +159,7 @@ class OpenAIServing:
                 text = render_chat(tok, req.messages, req.tools)
             except Exception as exc:  # a template may reject an order of roles it does not support
                 raise invalid(f"the chat template rejected `messages`: {exc}", "messages") from None
-            return tok.encode(text, add_special_tokens=False)  # the template already placed special tokens
+            return tok.encode_chat(text)  # the template placed the special tokens; BOS only if it did not
         if isinstance(req.prompt, list):
             check_token_ids(req.prompt, tok.vocab_size, "prompt")
             return list(req.prompt)

@@ -10,7 +10,6 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, pre_tokenizers
 from tokenizers.models import BPE
 
-from backend.executor.model.config import UnsupportedModelError
 from backend.loading.tokenizer import IncrementalDetokenizer, Tokenizer
 
 TEXTS = [
@@ -110,12 +109,6 @@ def test_first_token_keeps_its_leading_space(ours: Tokenizer) -> None:
     prompt = ours.encode("The capital of France is")
     ids = ours.encode(" Paris", add_special_tokens=False)
     assert "".join(stream(ours, prompt, ids)) == " Paris"
-
-
-def test_sentencepiece_gguf_tokenizer_is_refused_by_name() -> None:
-    meta = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": ["<unk>"]}
-    with pytest.raises(UnsupportedModelError, match="'llama'"):
-        Tokenizer.from_gguf_metadata(meta, max_context=2048)
 
 
 def test_hf_folder_tokenizer_reads_template_and_special_tokens(tmp_path: Path, ours: Tokenizer) -> None:
