@@ -79,16 +79,34 @@ def _json_bytes(value: Any) -> int:
         return 0
 
 
-def max_output_tokens(body: dict[str, Any], default: int) -> int:
-    """The most completion tokens a request may cost: its max_tokens for each of its n (or best_of) choices."""
-    per_choice = default
-    for name in ("max_completion_tokens", "max_tokens"):
-        value = body.get(name)
-        if isinstance(value, int) and not isinstance(value, bool):
-            per_choice = value
-            break
-    choices = [v for v in (body.get("n"), body.get("best_of")) if isinstance(v, int) and not isinstance(v, bool)]
-    return per_choice * max([1, *choices])
+def bound_output(body: dict[str, Any], chat: bool, default: int) -> int:
+    """Decides a generating request's output limit, writes it into `body` as the one limit field the upstream
+    honours, and answers the most completion tokens the request may cost: that limit for each prompt and choice.
+
+    Chat honours `max_completion_tokens` before `max_tokens` (as OpenAI does), completions `max_tokens`; the other
+    field is dropped so no upstream can read a larger one, and a request without a limit gets `default`, sent too.
+    Inbound Messages and Responses bodies arrive here already as chat, their limit in `max_tokens`.
+    """
+    names = ("max_completion_tokens", "max_tokens") if chat else ("max_tokens",)
+    per_choice = next((body[name] for name in names if _count(body.get(name))), default)
+    field = "max_completion_tokens" if chat and _count(body.get("max_completion_tokens")) else "max_tokens"
+    body.pop("max_completion_tokens", None)
+    body.pop("max_tokens", None)
+    body[field] = per_choice
+    choices = max([1, *(v for v in (body.get("n"), body.get("best_of")) if _count(v))])
+    prompts = 1 if chat else _prompt_count(body.get("prompt"))
+    return per_choice * choices * prompts
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _prompt_count(prompt: Any) -> int:
+    """How many prompts a completions request holds: each is answered `n` times (a list of token ids is one)."""
+    if not isinstance(prompt, list) or not prompt or all(isinstance(p, int) for p in prompt):
+        return 1
+    return len(prompt)
 
 
 def rate_headers(rate: RateInfo) -> dict[str, str]:

@@ -20,7 +20,7 @@ from gateway.channels.router import Router
 from gateway.errors import ApiError, forbidden, not_found
 from gateway.observe.metrics import GatewayMetrics
 from gateway.observe.tracing import Tracing
-from gateway.path.admission import estimate_prompt_tokens, max_output_tokens, rate_headers, refusal
+from gateway.path.admission import bound_output, estimate_prompt_tokens, rate_headers, refusal
 from gateway.path.assembly import Assembly
 from gateway.path.client_wire import ClientWire
 from gateway.path.exchange import Exchange
@@ -116,7 +116,8 @@ class Proxy:
     async def _admit(self, exchange: Exchange, key: KeyInfo, call: OpenAIRequest,
                      request_id: str) -> dict[str, str]:
         prompt = estimate_prompt_tokens(call.body, image_tokens=self.settings.image_prompt_tokens)
-        max_output = max_output_tokens(call.body, self.settings.default_max_tokens) if call.endpoint.generates else 0
+        generates, chat = call.endpoint.generates, call.endpoint is Endpoint.chat
+        max_output = bound_output(call.body, chat, self.settings.default_max_tokens) if generates else 0
         with exchange.trace.admission() as span:
             admission = await self.quota.admit(key, model=call.model, estimated_tokens=prompt + max_output,
                                                request_id=request_id, max_output_tokens=max_output)
