@@ -56,6 +56,7 @@ class Proxy:
         request_id = request_id_of(request.headers)
         trace = self.tracing.start_request("POST", request.url.path, request_id, request.headers)
         exchange = Exchange(self.quota, self.metrics, request_id, request.url.path, self._renew_interval, trace)
+        ask: UpstreamRequest | None = None
         try:
             key = await authenticate(self.quota, request)
             exchange.identify(key)
@@ -72,18 +73,18 @@ class Proxy:
             exchange.upstream_started = time.monotonic()
             exchange.prefix = (self.router.prefix(call.model, call.body, cache_scope_salt(key) or "")
                                if call.endpoint.generates else None)
-            answer = await self.upstream.call(UpstreamRequest(call.model, call.endpoint.value, call.body, call.stream,
-                                                              deadline, request_id, trace, request_extras(key, pool),
-                                                              CapacityAsk(call.model, exchange.estimated_tokens,
-                                                                          request_id, pool.settings.queue_timeout),
-                                                              allowed=key.allows, barred=self._barred(call),
-                                                              streamable=call.endpoint.generates, prefix=exchange.prefix))
+            ask = UpstreamRequest(call.model, call.endpoint.value, call.body, call.stream, deadline, request_id, trace,
+                                  request_extras(key, pool), CapacityAsk(call.model, exchange.estimated_tokens,
+                                                                         request_id, pool.settings.queue_timeout),
+                                  allowed=key.allows, barred=self._barred(call), streamable=call.endpoint.generates,
+                                  prefix=exchange.prefix)
+            answer = await self.upstream.call(ask)
             exchange.hold_capacity(answer.capacity, self.upstream.release_capacity)
         except ApiError as error:
-            await exchange.end(error.status, "refused" if error.status < 500 else "failed")
+            await exchange.end(error.status, "refused" if error.status < 500 else "failed", _accepted(exchange, ask))
             return _error_response(wire, error, headers={"x-request-id": request_id})
         except asyncio.CancelledError:
-            await exchange.end(499, "cancelled")
+            await exchange.end(499, "cancelled", _accepted(exchange, ask))
             raise
         except Exception:
             await exchange.end(500, "error")
@@ -202,6 +203,12 @@ class Proxy:
         # the total deadline covers writing to the client too: one that stops reading is cut there
         events = wire.events(relay, end, call.model, exchange.record.prompt_tokens)
         return EventStreamResponse(events, headers, deadline=deadline, on_close=end)
+
+
+def _accepted(exchange: Exchange, ask: UpstreamRequest | None) -> Usage | None:
+    """What a request that ended before its answer costs: its prompt, once an upstream accepted it (the prefill
+    ran there), else nothing."""
+    return Usage(exchange.record.prompt_tokens) if ask is not None and ask.accepted else None
 
 
 def _error_response(wire: ClientWire, error: ApiError, headers: dict[str, str]) -> Response:
