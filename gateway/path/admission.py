@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gateway.errors import ApiError, retry_after_headers, unavailable
+from gateway.errors import ApiError, forbidden, retry_after_headers, unavailable
 from quota import Admission, LimitName, RateInfo
 
 BUDGET_LIMITS = (LimitName.tokens_per_day, LimitName.tokens_per_month, LimitName.budget, LimitName.balance)
@@ -130,8 +130,12 @@ def _duration(seconds: float) -> str:
     return f"{int(minutes)}m{rest:.0f}s" if minutes else f"{rest:.3g}s"
 
 
-def refusal(admission: Admission) -> ApiError:
-    """The answer to a refused admission: 503 when the store failed closed, else 429 naming the limit."""
+def refusal(admission: Admission, model: str = "") -> ApiError:
+    """The answer to a refused admission: 503 when the store failed closed, 403 for a model without a price, else
+    429 naming the limit."""
+    if admission.refused_limit is LimitName.unpriced:
+        return forbidden(f"the model {model!r} has no price; an account that pays with a prepaid balance or a "
+                         "budget cannot use it until an admin sets one", "model_not_priced")
     if admission.unavailable:
         return unavailable("the quota store is unavailable; retry shortly", retry_after=1.0,
                            code="store_unavailable")

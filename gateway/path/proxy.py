@@ -121,7 +121,8 @@ class Proxy:
         max_output = bound_output(call.body, chat, self.settings.default_max_tokens) if generates else 0
         with exchange.trace.admission() as span:
             admission = await self.quota.admit(key, model=call.model, estimated_tokens=prompt + max_output,
-                                               request_id=request_id, max_output_tokens=max_output)
+                                               request_id=request_id, max_output_tokens=max_output,
+                                               places=self.router.price_places(call.model))
             if not admission.admitted:
                 span.set_attribute("tidegate.refused_level", str(admission.refused_level))
                 span.set_attribute("tidegate.refused_limit", str(admission.refused_limit))
@@ -129,7 +130,7 @@ class Proxy:
         exchange.record.prompt_tokens = prompt
         if not admission.admitted or admission.reservation is None:
             self.metrics.refused(admission.refused_level, admission.refused_limit)
-            raise refusal(admission)
+            raise refusal(admission, call.model)
         exchange.hold(admission.reservation)
         headers = {"x-request-id": request_id, **rate_headers(admission.rate)}
         if admission.degraded:
