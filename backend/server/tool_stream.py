@@ -98,7 +98,7 @@ class ForcedToolStream:
 
     def _arguments(self) -> tuple[str, bool]:
         """The arguments' text read from the buffer, and whether their JSON value is complete."""
-        out = []
+        out: list[str] = []
         for i, char in enumerate(self._buffer):
             if self._depth == 0 and not out and char.isspace():
                 continue

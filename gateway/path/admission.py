@@ -87,19 +87,18 @@ def bound_output(body: dict[str, Any], chat: bool, default: int) -> int:
     field is dropped so no upstream can read a larger one, and a request without a limit gets `default`, sent too.
     Inbound Messages and Responses bodies arrive here already as chat, their limit in `max_tokens`.
     """
-    names = ("max_completion_tokens", "max_tokens") if chat else ("max_tokens",)
-    per_choice = next((body[name] for name in names if _count(body.get(name))), default)
-    field = "max_completion_tokens" if chat and _count(body.get("max_completion_tokens")) else "max_tokens"
-    body.pop("max_completion_tokens", None)
-    body.pop("max_tokens", None)
-    body[field] = per_choice
-    choices = max([1, *(v for v in (body.get("n"), body.get("best_of")) if _count(v))])
+    completion_limit = _positive(body.pop("max_completion_tokens", None))
+    chosen = completion_limit if chat else None  # completions have max_tokens only
+    asked = _positive(body.pop("max_tokens", None))
+    per_choice = chosen or asked or default
+    body["max_completion_tokens" if chosen else "max_tokens"] = per_choice
+    choices = max(1, _positive(body.get("n")) or 1, _positive(body.get("best_of")) or 1)
     prompts = 1 if chat else _prompt_count(body.get("prompt"))
     return per_choice * choices * prompts
 
 
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _prompt_count(prompt: Any) -> int:

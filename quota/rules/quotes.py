@@ -19,7 +19,6 @@ from quota.rules.prices import (
     request_cost,
 )
 
-
 # where a public model may be served: (channel, the names its price may be kept under, first found wins)
 Places = tuple[tuple[str, tuple[str, ...]], ...]
 # the maximum cost of a model without any price: more than any balance or budget holds, so accounts that pay are
