@@ -19,6 +19,8 @@ from backend.server.tools import CLOSE, OPEN, ToolRequest, parse_calls
 # the start of a call block up to its arguments' value, as the forced grammar writes it
 _CALL_HEAD = re.compile(r'\s*' + re.escape(OPEN) + r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\s*')
 
+_SPACED = {",": ", ", ":": ": "}  # json.dumps's separators, outside strings
+
 
 def tool_stream(tools: ToolRequest) -> ToolStream | ForcedToolStream:
     return ForcedToolStream() if tools.forced else ToolStream(tools)
@@ -97,12 +99,14 @@ class ForcedToolStream:
         return "", deltas
 
     def _arguments(self) -> tuple[str, bool]:
-        """The arguments' text read from the buffer, and whether their JSON value is complete."""
+        """The arguments' text read from the buffer, spaced as `json.dumps` spaces it (so the assembled stream
+        equals the non-streamed answer), and whether their JSON value is complete."""
         out: list[str] = []
         for i, char in enumerate(self._buffer):
-            if self._depth == 0 and not out and char.isspace():
+            if not self._in_string and char.isspace():
                 continue
-            out.append(char)
+            out.append(_SPACED.get(char, char) if not self._in_string else
+                       char if char.isascii() else json.dumps(char)[1:-1])
             if self._in_string:
                 if self._escaped:
                     self._escaped = False

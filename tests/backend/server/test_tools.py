@@ -86,6 +86,16 @@ def test_a_forced_call_streams_its_name_first_then_argument_fragments_token_by_t
     assert head["id"].startswith("call_") and head["type"] == "function"
     assert head["function"] == {"name": "get_weather", "arguments": ""} and head["index"] == 0
     assert _merged(deltas) == [("get_weather", {"city": "Paris"}), ("get_weather", {"city": 'Ro"me}'})]
+    first = "".join(d["function"]["arguments"] for d in deltas if d["index"] == 0)
+    assert first == json.dumps({"city": "Paris"})  # spaced as the non-streamed answer re-encodes it
+
+
+def test_forced_arguments_are_spaced_and_escaped_as_json_dumps_writes_them() -> None:
+    stream = ForcedToolStream()
+    _, deltas = stream.push('<tool_call>{"name": "get_weather", "arguments": {\n  "city" :"Zürich, CH",\n'
+                            '  "days":[1,2]}}</tool_call>')
+    arguments = "".join(d["function"]["arguments"] for d in deltas)
+    assert arguments == json.dumps({"city": "Zürich, CH", "days": [1, 2]})
     assert stream.finish() == ("", [], True)
 
 
