@@ -224,7 +224,7 @@ class GatewaySettings(StoreSettings):
     # consecutive failed probes before a channel is taken out: one slow probe under load is not an outage
     unhealthy_threshold: int = Field(default=3, ge=1)
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
-    # reserved at admission for requests without max_tokens; settlement refunds what was not used
+    # reserved at admission and sent upstream for requests without a limit; settlement refunds what was not used
     default_max_tokens: int = Field(default=512, ge=1)
     # prompt tokens counted per input image at admission (OpenAI's rule for a 1024x1024 image in high detail)
     image_prompt_tokens: int = Field(default=765, ge=0)

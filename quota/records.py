@@ -28,6 +28,7 @@ class LimitName(StrEnum):
     balance = "balance"
     request_bucket = "request_bucket"
     token_bucket = "token_bucket"
+    unpriced = "unpriced"  # the model has no price, and the account pays with a balance or a budget
 
 
 QUOTA_FIELDS = ("rpm", "tpm", "max_concurrency", "tokens_per_day", "tokens_per_month")

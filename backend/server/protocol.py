@@ -24,6 +24,8 @@ from common.request_body import decode_json
 # Roles the chat template understands; `developer` is OpenAI's newer name for `system`.
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's legacy default for /v1/completions
+# chat without a limit: the gateway's default_max_tokens, never the whole context, so nobody gets a 2k-token bill
+CHAT_DEFAULT_MAX_TOKENS = 512
 MAX_PRIORITY = 2**31
 
 
@@ -85,11 +87,11 @@ def parse_request(body: dict[str, Any], endpoint: Endpoint) -> ValidatedRequest:
     req = ValidatedRequest(endpoint=endpoint, model=model)
     if endpoint is Endpoint.CHAT:
         req.messages = _messages(body.get("messages"))
-        max_tokens = int_field(body, "max_completion_tokens", lo=1)
-        req.max_tokens = max_tokens if max_tokens is not None else int_field(body, "max_tokens", lo=1)
     else:
         req.prompt = _prompt(body.get("prompt"))
-        req.max_tokens = int_field(body, "max_tokens", lo=1)
+    # both endpoints: max_completion_tokens wins, as OpenAI's chat says, so no client gets more than it asked for
+    max_tokens = int_field(body, "max_completion_tokens", lo=1)
+    req.max_tokens = max_tokens if max_tokens is not None else int_field(body, "max_tokens", lo=1)
     req.n = body.get("n") or 1
     req.stream = bool_field(body, "stream")
     req.include_usage = _stream_options(body, req.stream)
@@ -118,7 +120,7 @@ def resolve_max_tokens(req: ValidatedRequest, prompt_len: int, max_model_len: in
         raise invalid(f"`{param}` is empty after tokenization", param)
     room = max_model_len - prompt_len
     if req.max_tokens is None:
-        wanted = COMPLETION_DEFAULT_MAX_TOKENS if req.endpoint is Endpoint.COMPLETION else room
+        wanted = COMPLETION_DEFAULT_MAX_TOKENS if req.endpoint is Endpoint.COMPLETION else CHAT_DEFAULT_MAX_TOKENS
         wanted = min(wanted, room)
     else:
         wanted = req.max_tokens

@@ -68,10 +68,10 @@ class ResponseBuilder:
         body["choices"][0]["logprobs"] = self._logprobs(logprobs, index)
         return body
 
-    def tool_call_chunks(self, tool_calls: list[dict[str, Any]], index: int = 0) -> list[dict[str, Any]]:
-        """One chunk per call, as OpenAI streams them: the call's index, id, type, name and arguments."""
-        return [self._chunk({"tool_calls": [{"index": i, **call}]}, None, index)
-                for i, call in enumerate(tool_calls)]
+    def tool_call_chunk(self, call_delta: dict[str, Any], index: int = 0) -> dict[str, Any]:
+        """One tool-call delta, as OpenAI streams them: the call's index with its id, type and name first, then
+        argument fragments."""
+        return self._chunk({"tool_calls": [call_delta]}, None, index)
 
     def usage_chunk(self, usage_body: dict[str, Any]) -> dict[str, Any]:
         """The `include_usage` chunk: empty choices, the usage of the whole request."""

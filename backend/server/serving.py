@@ -32,7 +32,8 @@ from backend.server.protocol import (
 )
 from backend.server.request_log import CLIENT_GONE, RequestLogLine
 from backend.server.responses import ResponseBuilder, usage
-from backend.server.tools import ToolStream, parse_calls, render_chat
+from backend.server.tool_stream import tool_stream
+from backend.server.tools import parse_calls, render_chat
 from common.event_stream import (
     DONE_EVENT,
     EventStreamResponse,
@@ -201,8 +202,8 @@ class OpenAIServing:
         last: Delta | None = None
         finals: list[Delta] = []
         n = req.n
-        # a choice's text that may be a tool call is held back until the call is whole
-        tool_streams = {i: ToolStream(req.tools) for i in range(n)} if req.tools is not None else {}
+        # a choice's text that may be a tool call becomes call deltas (backend/server/tool_stream.py)
+        tool_streams = {i: tool_stream(req.tools) for i in range(n)} if req.tools is not None else {}
         try:
             for index in range(n):
                 if (role := builder.role_chunk(index)) is not None:
@@ -211,21 +212,23 @@ class OpenAIServing:
             while True:
                 if delta.token_ids:
                     record.token_seen()
-                tool_stream = tool_streams.get(delta.index)
-                text = tool_stream.push(delta.text) if tool_stream is not None else delta.text
+                calls_of = tool_streams.get(delta.index)
+                text, calls = calls_of.push(delta.text) if calls_of is not None else (delta.text, [])
                 if text or delta.logprobs:
                     yield json_event(builder.text_chunk(text, logprobs=delta.logprobs, index=delta.index))
+                for call in calls:
+                    yield json_event(builder.tool_call_chunk(call, delta.index))
                 if delta.finish_reason == "abort":
                     raise EngineAborted
                 if delta.finish_reason is not None:
                     finish_reason = delta.finish_reason
-                    if tool_stream is not None:  # the held tail: content, or the calls it holds
-                        held, calls = tool_stream.finish()
+                    if calls_of is not None:  # the held tail: content, or the calls it holds
+                        held, calls, called = calls_of.finish()
                         if held:
                             yield json_event(builder.text_chunk(held, index=delta.index))
-                        for chunk in builder.tool_call_chunks(calls, delta.index):
-                            yield json_event(chunk)
-                        finish_reason = "tool_calls" if calls and finish_reason == "stop" else finish_reason
+                        for call in calls:
+                            yield json_event(builder.tool_call_chunk(call, delta.index))
+                        finish_reason = "tool_calls" if called and finish_reason == "stop" else finish_reason
                     yield json_event(builder.text_chunk("", finish_reason, index=delta.index))
                     finals.append(delta)
                     if len(finals) == n:

@@ -180,38 +180,6 @@ def parse_calls(text: str, tools: ToolRequest) -> tuple[str | None, list[dict[st
     return (content or None) if calls else text, calls
 
 
-@dataclass(slots=True)
-class ToolStream:
-    """Streams content while it cannot be a call; from the first `<tool_call>` (or a leading `{`, maybe a bare
-    call object) on, holds the rest for `finish`."""
-
-    tools: ToolRequest
-    _held: str = ""
-    _holding: bool = False
-    _emitted: bool = False
-
-    def push(self, text: str) -> str:
-        """The part of the output so far that is surely content."""
-        self._held += text
-        if self._holding:
-            return ""
-        at = self._held.find(OPEN)
-        if at >= 0:
-            self._holding = True
-        elif not self._emitted and (not self._held.strip() or self._held.lstrip().startswith("{")):
-            return ""
-        else:  # keep back a tail that may begin `<tool_call>`
-            at = next(i for i in range(len(self._held) + 1) if OPEN.startswith(self._held[i:]))
-        ready, self._held = self._held[:at], self._held[at:]
-        self._emitted = self._emitted or bool(ready)
-        return ready
-
-    def finish(self) -> tuple[str, list[dict[str, Any]]]:
-        """The content still held and the calls, once the output is complete."""
-        content, calls = parse_calls(self._held, self.tools)
-        return (content or "") if calls else self._held, calls
-
-
 def _function(tool: Any, where: str) -> dict[str, Any]:
     fn = tool.get("function") if isinstance(tool, dict) and tool.get("type") == "function" else None
     if not isinstance(fn, dict):

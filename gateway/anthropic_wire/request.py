@@ -146,7 +146,8 @@ def messages_request(chat: dict[str, Any], default_max_tokens: int) -> dict[str,
     if chat.get("n") not in (None, 1):
         raise untranslatable("n", "more than one choice")
     body = {name: chat[name] for name in SAME_NAMES if name in chat and name != "priority"}
-    body["max_tokens"] = chat.get("max_tokens") or chat.get("max_completion_tokens") or default_max_tokens
+    # chat's own order (gateway/path/admission.py bound_output): the limit the gateway reserved, never a larger one
+    body["max_tokens"] = chat.get("max_completion_tokens") or chat.get("max_tokens") or default_max_tokens
     system, turns = _turns_out(chat.get("messages") or [])
     if system:
         body["system"] = system

@@ -84,6 +84,14 @@ class Router:
         by_name = {c.name: c for c in self.channels}
         return [(by_name[t.channel], t.model) for t in group.targets if t.channel in by_name]
 
+    def price_places(self, model: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """Where `model` may be served, for pricing it when it has no price of its own: each channel of it and of
+        its fallbacks, with the names a price there may be kept under (the public name served, the channel's public
+        names of that upstream model, the upstream model)."""
+        return tuple((channel.name, (served, *(p for p, up in channel.config.models.items() if up == upstream),
+                                     upstream))
+                     for served in fallback_chain(model, self.groups) for channel, upstream in self.targets(served))
+
     def pick(self, model: str, exclude: Names = frozenset(), barred: Names = frozenset()) -> ChannelState | None:
         """A channel of `model`'s own targets, avoiding `exclude` while another choice exists, never `barred`."""
         found = self._pick_in(model, exclude, barred, fresh_only=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gateway.errors import ApiError, retry_after_headers, unavailable
+from gateway.errors import ApiError, forbidden, retry_after_headers, unavailable
 from quota import Admission, LimitName, RateInfo
 
 BUDGET_LIMITS = (LimitName.tokens_per_day, LimitName.tokens_per_month, LimitName.budget, LimitName.balance)
@@ -79,16 +79,33 @@ def _json_bytes(value: Any) -> int:
         return 0
 
 
-def max_output_tokens(body: dict[str, Any], default: int) -> int:
-    """The most completion tokens a request may cost: its max_tokens for each of its n (or best_of) choices."""
-    per_choice = default
-    for name in ("max_completion_tokens", "max_tokens"):
-        value = body.get(name)
-        if isinstance(value, int) and not isinstance(value, bool):
-            per_choice = value
-            break
-    choices = [v for v in (body.get("n"), body.get("best_of")) if isinstance(v, int) and not isinstance(v, bool)]
-    return per_choice * max([1, *choices])
+def bound_output(body: dict[str, Any], chat: bool, default: int) -> int:
+    """Decides a generating request's output limit, writes it into `body` as the one limit field the upstream
+    honours, and answers the most completion tokens the request may cost: that limit for each prompt and choice.
+
+    Chat honours `max_completion_tokens` before `max_tokens` (as OpenAI does), completions `max_tokens`; the other
+    field is dropped so no upstream can read a larger one, and a request without a limit gets `default`, sent too.
+    Inbound Messages and Responses bodies arrive here already as chat, their limit in `max_tokens`.
+    """
+    completion_limit = _positive(body.pop("max_completion_tokens", None))
+    chosen = completion_limit if chat else None  # completions have max_tokens only
+    asked = _positive(body.pop("max_tokens", None))
+    per_choice = chosen or asked or default
+    body["max_completion_tokens" if chosen else "max_tokens"] = per_choice
+    choices = max(1, _positive(body.get("n")) or 1, _positive(body.get("best_of")) or 1)
+    prompts = 1 if chat else _prompt_count(body.get("prompt"))
+    return per_choice * choices * prompts
+
+
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _prompt_count(prompt: Any) -> int:
+    """How many prompts a completions request holds: each is answered `n` times (a list of token ids is one)."""
+    if not isinstance(prompt, list) or not prompt or all(isinstance(p, int) for p in prompt):
+        return 1
+    return len(prompt)
 
 
 def rate_headers(rate: RateInfo) -> dict[str, str]:
@@ -112,8 +129,12 @@ def _duration(seconds: float) -> str:
     return f"{int(minutes)}m{rest:.0f}s" if minutes else f"{rest:.3g}s"
 
 
-def refusal(admission: Admission) -> ApiError:
-    """The answer to a refused admission: 503 when the store failed closed, else 429 naming the limit."""
+def refusal(admission: Admission, model: str = "") -> ApiError:
+    """The answer to a refused admission: 503 when the store failed closed, 403 for a model without a price, else
+    429 naming the limit."""
+    if admission.refused_limit is LimitName.unpriced:
+        return forbidden(f"the model {model!r} has no price; an account that pays with a prepaid balance or a "
+                         "budget cannot use it until an admin sets one", "model_not_priced")
     if admission.unavailable:
         return unavailable("the quota store is unavailable; retry shortly", retry_after=1.0,
                            code="store_unavailable")

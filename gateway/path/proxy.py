@@ -20,7 +20,7 @@ from gateway.channels.router import Router
 from gateway.errors import ApiError, forbidden, not_found
 from gateway.observe.metrics import GatewayMetrics
 from gateway.observe.tracing import Tracing
-from gateway.path.admission import estimate_prompt_tokens, max_output_tokens, rate_headers, refusal
+from gateway.path.admission import bound_output, estimate_prompt_tokens, rate_headers, refusal
 from gateway.path.assembly import Assembly
 from gateway.path.client_wire import ClientWire
 from gateway.path.exchange import Exchange
@@ -56,6 +56,7 @@ class Proxy:
         request_id = request_id_of(request.headers)
         trace = self.tracing.start_request("POST", request.url.path, request_id, request.headers)
         exchange = Exchange(self.quota, self.metrics, request_id, request.url.path, self._renew_interval, trace)
+        ask: UpstreamRequest | None = None
         try:
             key = await authenticate(self.quota, request)
             exchange.identify(key)
@@ -72,18 +73,18 @@ class Proxy:
             exchange.upstream_started = time.monotonic()
             exchange.prefix = (self.router.prefix(call.model, call.body, cache_scope_salt(key) or "")
                                if call.endpoint.generates else None)
-            answer = await self.upstream.call(UpstreamRequest(call.model, call.endpoint.value, call.body, call.stream,
-                                                              deadline, request_id, trace, request_extras(key, pool),
-                                                              CapacityAsk(call.model, exchange.estimated_tokens,
-                                                                          request_id, pool.settings.queue_timeout),
-                                                              allowed=key.allows, barred=self._barred(call),
-                                                              streamable=call.endpoint.generates, prefix=exchange.prefix))
+            ask = UpstreamRequest(call.model, call.endpoint.value, call.body, call.stream, deadline, request_id, trace,
+                                  request_extras(key, pool), CapacityAsk(call.model, exchange.estimated_tokens,
+                                                                         request_id, pool.settings.queue_timeout),
+                                  allowed=key.allows, barred=self._barred(call), streamable=call.endpoint.generates,
+                                  prefix=exchange.prefix)
+            answer = await self.upstream.call(ask)
             exchange.hold_capacity(answer.capacity, self.upstream.release_capacity)
         except ApiError as error:
-            await exchange.end(error.status, "refused" if error.status < 500 else "failed")
+            await exchange.end(error.status, "refused" if error.status < 500 else "failed", _accepted(exchange, ask))
             return _error_response(wire, error, headers={"x-request-id": request_id})
         except asyncio.CancelledError:
-            await exchange.end(499, "cancelled")
+            await exchange.end(499, "cancelled", _accepted(exchange, ask))
             raise
         except Exception:
             await exchange.end(500, "error")
@@ -116,10 +117,12 @@ class Proxy:
     async def _admit(self, exchange: Exchange, key: KeyInfo, call: OpenAIRequest,
                      request_id: str) -> dict[str, str]:
         prompt = estimate_prompt_tokens(call.body, image_tokens=self.settings.image_prompt_tokens)
-        max_output = max_output_tokens(call.body, self.settings.default_max_tokens) if call.endpoint.generates else 0
+        generates, chat = call.endpoint.generates, call.endpoint is Endpoint.chat
+        max_output = bound_output(call.body, chat, self.settings.default_max_tokens) if generates else 0
         with exchange.trace.admission() as span:
             admission = await self.quota.admit(key, model=call.model, estimated_tokens=prompt + max_output,
-                                               request_id=request_id, max_output_tokens=max_output)
+                                               request_id=request_id, max_output_tokens=max_output,
+                                               places=self.router.price_places(call.model))
             if not admission.admitted:
                 span.set_attribute("tidegate.refused_level", str(admission.refused_level))
                 span.set_attribute("tidegate.refused_limit", str(admission.refused_limit))
@@ -127,7 +130,7 @@ class Proxy:
         exchange.record.prompt_tokens = prompt
         if not admission.admitted or admission.reservation is None:
             self.metrics.refused(admission.refused_level, admission.refused_limit)
-            raise refusal(admission)
+            raise refusal(admission, call.model)
         exchange.hold(admission.reservation)
         headers = {"x-request-id": request_id, **rate_headers(admission.rate)}
         if admission.degraded:
@@ -201,6 +204,12 @@ class Proxy:
         # the total deadline covers writing to the client too: one that stops reading is cut there
         events = wire.events(relay, end, call.model, exchange.record.prompt_tokens)
         return EventStreamResponse(events, headers, deadline=deadline, on_close=end)
+
+
+def _accepted(exchange: Exchange, ask: UpstreamRequest | None) -> Usage | None:
+    """What a request that ended before its answer costs: its prompt, once an upstream accepted it (the prefill
+    ran there), else nothing."""
+    return Usage(exchange.record.prompt_tokens) if ask is not None and ask.accepted else None
 
 
 def _error_response(wire: ClientWire, error: ApiError, headers: dict[str, str]) -> Response:

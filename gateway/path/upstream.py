@@ -7,6 +7,9 @@ streamed upstream too (unless its channel cannot stream), so the first token mea
 Retries cover connect errors, broken answers, 429 and 5xx before the first byte, prefer a channel not yet tried,
 back off exponentially with full jitter and honour `Retry-After` when it fits in what is left. A first-token
 timeout is a slow generation, not a fault: it moves to another channel or ends, never tries the same one again.
+Once the upstream answered 2xx, that timeout is the request's own (a forced tool call, a long schema-bound string):
+it says nothing against the channel, so no tenant can open a breaker for everyone, and the request is marked
+`accepted` so that its prompt is charged.
 """
 
 from __future__ import annotations
@@ -38,10 +41,15 @@ class FailureKind(StrEnum):
 
     connect = "connect"
     timeout = "timeout"  # the connect deadline, or nothing left of the request's deadline
-    first_token = "first_token"  # connected, but no first token in time: the upstream may still be generating
+    first_token = "first_token"  # connected, but no answer in time: the upstream may be stuck
+    held = "held"  # answered 2xx, but no first token in time: the request's generation, not the channel's fault
     rate_limited = "rate_limited"
     server_error = "server_error"
     broken = "broken"  # the connection broke or the answer was not HTTP/SSE we can read
+
+
+# first-token timeouts: the same channel is never tried again for the request
+SLOW = (FailureKind.first_token, FailureKind.held)
 
 
 @dataclass(slots=True)
@@ -68,6 +76,7 @@ class UpstreamRequest:
     prefix: RoutedPrefix | None = None  # the prompt's prefix chain, where the model routes by prefix affinity
     barred: frozenset[str] = frozenset()  # channels that cannot serve this request's endpoint
     streamable: bool = True  # false: never asked for a stream (embeddings)
+    accepted: bool = False  # an upstream answered 2xx to an attempt: work was done, the prompt is charged
 
 
 @dataclass(slots=True)
@@ -141,11 +150,11 @@ class UpstreamClient:
                     span.set_attribute("error.type", failure.kind.value)
                     last = failure
                     tried.add(pick.channel.name)
-                    if failure.kind is FailureKind.first_token:
+                    if failure.kind in SLOW:
                         barred.add(pick.channel.name)
             if attempt + 1 == self._retries.max_attempts:
                 break
-            if last.kind is FailureKind.first_token and not self._router.has_other(request.model, barred,
+            if last.kind in SLOW and not self._router.has_other(request.model, barred,
                                                                                  request.allowed):
                 break  # every channel let this request's first token time out: no backoff to wait out
             other = self._router.has_other(request.model, tried | request.barred, request.allowed)
@@ -189,6 +198,7 @@ class UpstreamClient:
         try:
             async with asyncio.timeout(min(timeouts.first_token, remaining)):
                 response = await self._send(channel, request, upstream_model, headers)
+                request.accepted = request.accepted or response.status < 300
                 answer = Answer(channel, model, upstream_model, response.status, response, attempt)
                 await self._read_head(answer, request.stream, streams_upstream(channel, request))
                 return answer
@@ -200,6 +210,8 @@ class UpstreamClient:
             # not a refusal (502)
             if isinstance(exc, aiohttp.ClientError):
                 failure = AttemptFailed(FailureKind.timeout, type(exc).__name__)
+            elif response is not None and response.status < 300:
+                failure = AttemptFailed(FailureKind.held, "no first token in time")
             else:
                 failure = AttemptFailed(FailureKind.first_token, "no first token in time")
         except aiohttp.ClientConnectorError as exc:
@@ -266,8 +278,8 @@ def streams_upstream(channel: ChannelState, request: UpstreamRequest) -> bool:
 async def _give_up(channel: ChannelState, model: str, response: aiohttp.ClientResponse | None,
                    failure: AttemptFailed | None) -> None:
     channel.in_flight -= 1
-    # a 429 says the channel is busy, not broken: it does not count against the breaker
-    neutral = failure is None or failure.kind is FailureKind.rate_limited
+    # a 429 says the channel is busy, not broken, and a held first token is the request's: neither counts
+    neutral = failure is None or failure.kind in (FailureKind.rate_limited, FailureKind.held)
     _judge(channel, model, None if neutral else False)
     if response is not None:
         _close(response, reuse=False)
@@ -296,7 +308,7 @@ def _final_error(model: str, failure: AttemptFailed | None) -> ApiError:
     if failure is None:
         return unavailable(f"no healthy channel serves model {model!r} now", retry_after=1.0,
                            code="no_healthy_channel")
-    if failure.kind in (FailureKind.timeout, FailureKind.first_token):
+    if failure.kind in (FailureKind.timeout, *SLOW):
         return gateway_timeout(f"the upstream for {model!r} did not answer in time: {failure.detail}")
     if failure.kind is FailureKind.rate_limited:
         return ApiError(503, f"every channel for {model!r} is saturated", "service_unavailable",

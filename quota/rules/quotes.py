@@ -7,7 +7,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from quota.money import Price, Quote
-from quota.records import Account, Reservation
+from quota.records import Account, Admission, LimitName, Reservation
 from quota.rules.budget import calendar_bounds
 from quota.rules.prices import (
     PriceList,
@@ -18,6 +18,12 @@ from quota.rules.prices import (
     price_for,
     request_cost,
 )
+
+# where a public model may be served: (channel, the names its price may be kept under, first found wins)
+Places = tuple[tuple[str, tuple[str, ...]], ...]
+# the maximum cost of a model without any price: more than any balance or budget holds, so accounts that pay are
+# refused it (an account that pays nothing is charged min(real, reserved) = 0 of it)
+UNPRICED = 10**15
 
 
 class Quoter:
@@ -34,14 +40,15 @@ class Quoter:
         self._account_reads: SharedRead[Account] = SharedRead()
         self._bounds: dict[str, tuple[int, tuple[int, ...]]] = {}
 
-    async def quote(self, account_id: str, model: str, *, prompt_tokens: int, max_output_tokens: int) -> Quote:
+    async def quote(self, account_id: str, model: str, *, prompt_tokens: int, max_output_tokens: int,
+                    places: Places = ()) -> Quote:
         account = await self._account(account_id)
         await self.prices.of_model(model)
         return self.last_known(account_id, model, prompt_tokens=prompt_tokens, max_output_tokens=max_output_tokens,
-                               account=account)
+                               account=account, places=places)
 
     def last_known(self, account_id: str, model: str, *, prompt_tokens: int, max_output_tokens: int,
-                   account: Account | None = None) -> Quote:
+                   account: Account | None = None, places: Places = ()) -> Quote:
         """The quote from what was last read, without the store: for admissions while it is out of reach (an
         account never read is priced at no cost, which only a fail-open budget policy lets through)."""
         now = self._clock()
@@ -50,10 +57,24 @@ class Quoter:
             if cached is None:
                 return Quote()
             account = cached[1]
-        prices = in_force(self.prices.last_read(model), model, now)
+        prices = in_force(self.prices.last_read(model), model, now) or self._stand_ins(model, places, now)
         multiplier = multiplier_ppm(account.price_multiplier)
         cost = max_cost(prices, multiplier, prompt_tokens=prompt_tokens, max_output_tokens=max_output_tokens)
-        return Quote(cost, prices, multiplier, self._calendar(account.timezone, now))
+        return Quote(cost if prices or not places else UNPRICED, prices, multiplier,
+                     self._calendar(account.timezone, now))
+
+    def _stand_ins(self, model: str, places: Places, now: float) -> tuple[Price, ...]:
+        """A model without a price of its own (a group) priced per channel at what each place serves: admission
+        reserves the highest, settlement takes the serving channel's."""
+        found: dict[str, Price] = {}
+        for channel, names in places:
+            price = next((p for name in names
+                          if (p := price_for(in_force(self.prices.last_read(name), name, now), channel))), None)
+            known = found.get(channel)
+            if price is not None and (known is None or (price.output, price.input) > (known.output, known.input)):
+                found[channel] = Price(model, price.input, price.cached_input, price.output, channel,
+                                       price.effective_from)
+        return tuple(found.values())
 
     async def _account(self, account_id: str) -> Account:
         cached = self._accounts.get(account_id)
@@ -79,8 +100,17 @@ class Quoter:
         self._accounts.clear()
 
 
+def refused_unpriced(admission: Admission, quote: Quote) -> Admission:
+    """A refusal for money that only an unpriced model's maximum cost caused, named for what it is."""
+    if quote.cost >= UNPRICED and admission.refused_limit in (LimitName.balance, LimitName.budget):
+        admission.refused_limit, admission.retry_after = LimitName.unpriced, None
+    return admission
+
+
 def settled_cost(reservation: Reservation, *, prompt_tokens: int, cached_tokens: int, completion_tokens: int,
                  channel: str | None) -> int:
-    """The real cost at the prices in force when the request was admitted."""
-    return request_cost(price_for(reservation.prices, channel), reservation.multiplier, prompt_tokens=prompt_tokens,
+    """The real cost at the prices in force when the request was admitted, never more than was reserved: the
+    prompt is reserved at an estimate, and a balance or budget must not pay for the estimate's error."""
+    cost = request_cost(price_for(reservation.prices, channel), reservation.multiplier, prompt_tokens=prompt_tokens,
                         cached_tokens=cached_tokens, completion_tokens=completion_tokens)
+    return min(cost, reservation.cost)

@@ -14,6 +14,7 @@ from quota.admin.keys import AdminKeys
 from quota.admin.money import MoneyAdmin
 from quota.records import Admission, ApiKey, AuthResult, KeyInfo, NotFound, Reservation
 from quota.rules.audit import AuditLog
+from quota.rules.quotes import Places
 
 LAST_USED_INTERVAL = 60.0  # seconds between two last_used_at writes for one key, per process
 
@@ -107,9 +108,10 @@ class QuotaService(ABC):
 
     @abstractmethod
     async def admit(self, key: KeyInfo, *, model: str, estimated_tokens: int, request_id: str,
-                    max_output_tokens: int = 0) -> Admission:
+                    max_output_tokens: int = 0, places: Places = ()) -> Admission:
         """Checks and reserves on every level at once; never raises for a store outage. `estimated_tokens`
-        includes `max_output_tokens`, which the maximum cost prices at the output price."""
+        includes `max_output_tokens`, which the maximum cost prices at the output price. `places` says where the
+        model is served, to price a model without a price of its own (quota/rules/quotes.py)."""
 
     @abstractmethod
     async def renew(self, reservation: Reservation) -> None:

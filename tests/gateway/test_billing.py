@@ -13,7 +13,7 @@ from decimal import Decimal
 import openai
 import pytest
 
-from gateway.path.admission import estimate_prompt_tokens, max_output_tokens
+from gateway.path.admission import bound_output, estimate_prompt_tokens
 from tests.gateway.harness import ADMIN_KEY, GatewayHarness
 from tests.gateway.upstreams import Fault, MockUpstream
 from tests.servers import RedisServer
@@ -25,9 +25,9 @@ PRICE = {"input": 1.0, "cached_input": 0.5, "output": 2.0}  # 1 and 2 micro-unit
 
 
 def test_the_maximum_cost_counts_every_choice_a_request_asks_for() -> None:
-    assert max_output_tokens({"max_tokens": 5, "n": 3}, 512) == 15
-    assert max_output_tokens({"max_completion_tokens": 7, "max_tokens": 5}, 512) == 7
-    assert max_output_tokens({"n": True}, 512) == 512
+    assert bound_output({"max_tokens": 5, "n": 3}, True, 512) == 15
+    assert bound_output({"max_completion_tokens": 7, "max_tokens": 5}, True, 512) == 7
+    assert bound_output({"n": True}, True, 512) == 512
 
 
 async def test_a_stream_cut_halfway_is_charged_for_what_was_generated(

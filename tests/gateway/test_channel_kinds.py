@@ -88,10 +88,24 @@ async def test_an_anthropic_channel_is_spoken_to_in_messages_and_answers_as_chat
     assert first.headers["anthropic-version"] == "2023-06-01" and "authorization" not in first.headers
     assert first.body == {"model": "prod-deployment", "max_tokens": 5, "stream": True, "system": "Be brief.",
                           "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]}
-    assert second.body["max_tokens"] == 4096 and second.body["tools"] == [
+    # no limit from the client: the gateway's default_max_tokens, which it reserved, not Messages' own 4096
+    assert second.body["max_tokens"] == 512 and second.body["tools"] == [
         {"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}]
     usage = await gateway.usage(key_id=key_id)
     assert usage["completion_tokens"] == 2 * USAGE_OUT + 5 and usage["prompt_tokens"] == 2 * USAGE_IN
+
+
+async def test_an_anthropic_channel_is_sent_exactly_the_limit_the_gateway_reserved(
+        kind_upstream: Callable[[str], Awaitable[KindUpstream]], gateway_for: StartGateway) -> None:
+    upstream = await kind_upstream("anthropic")
+    gateway = await gateway_over(gateway_for, upstream)
+    _, secret = await gateway.key()
+    client = gateway.client(secret)
+    # the attack of issue 41: 1 reserved, 4000 sent
+    await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_completion_tokens=1,
+                                         max_tokens=4000)
+    await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=7)
+    assert [seen.body["max_tokens"] for seen in upstream.received] == [1, 7]
 
 
 async def test_an_anthropic_channel_that_answers_whole_and_refuses_in_its_own_shape(

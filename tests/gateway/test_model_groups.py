@@ -95,3 +95,45 @@ def test_a_config_file_with_a_fallback_cycle_does_not_load() -> None:
     with pytest.raises(ValidationError, match="cycle"):
         GatewaySettings.model_validate({"channels": [channel], "model_groups": {
             "a": {"targets": target, "fallbacks": ["b"]}, "b": {"targets": target, "fallbacks": ["a"]}}})
+
+
+async def test_a_group_without_a_price_reserves_at_its_dearest_target_and_settles_at_the_served_models_price(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    """Issue 41: a group without its own price was served free to accounts with a balance."""
+    gateway, live = await big_falls_back_to_small(upstreams, gateway_for)
+    group = {"targets": [{"channel": "big-1", "model": "big-upstream"}], "fallbacks": ["small"]}
+    assert (await gateway.admin.put("/admin/model-groups/team", json=group)).status_code in (200, 201)
+    assert (await gateway.admin.put("/admin/prices/big", json={"input": 0, "output": 1000})).status_code == 200
+    assert (await gateway.admin.put("/admin/prices/small", json={"input": 0, "output": 100})).status_code == 200
+    account_id = await gateway.account()
+    await gateway.admin.post(f"/admin/accounts/{account_id}/balance", json={"amount": 0.005})
+    key_id, secret = await gateway.key(account_id=account_id)
+    client = gateway.client(secret)
+    # 4 tokens at big's 0.001 fit the balance; 10 would not, though small would serve them for 0.001
+    with pytest.raises(openai.RateLimitError) as refused:
+        await client.chat.completions.create(model="team", messages=HI, max_tokens=10)  # type: ignore[arg-type]
+    assert refused.value.code == "insufficient_quota"
+    raw = await client.chat.completions.with_raw_response.create(model="team", messages=HI, max_tokens=4)  # type: ignore[arg-type]
+    assert raw.headers["x-tidegate-served-model"] == "small" and live.seen_bodies[-1]["model"] == "small-upstream"
+    usage = await gateway.usage(key_id=key_id)
+    assert usage["completion_tokens"] == 4 and usage["cost"] == pytest.approx(4 * 100 / 10**6)  # small's price
+    balance = (await gateway.admin.get(f"/admin/accounts/{account_id}/balance")).json()["balance"]
+    assert balance == pytest.approx(0.005 - 4 * 100 / 10**6)
+
+
+async def test_a_model_without_any_price_is_refused_to_accounts_that_pay_and_served_to_others(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    gateway, _ = await big_falls_back_to_small(upstreams, gateway_for)
+    paying = await gateway.account()
+    await gateway.admin.post(f"/admin/accounts/{paying}/balance", json={"amount": 5})
+    _, paying_secret = await gateway.key(account_id=paying)
+    with pytest.raises(openai.PermissionDeniedError) as refused:
+        await gateway.client(paying_secret).chat.completions.create(model="big", messages=HI, max_tokens=4)  # type: ignore[arg-type]
+    assert refused.value.code == "model_not_priced" and "'big'" in refused.value.message
+    budgeted = await gateway.account(quota={"budget": {"amount": 5, "window": "month"}})  # type: ignore[dict-item]
+    _, budgeted_secret = await gateway.key(account_id=budgeted)
+    with pytest.raises(openai.PermissionDeniedError):
+        await gateway.client(budgeted_secret).chat.completions.create(model="small", messages=HI, max_tokens=4)  # type: ignore[arg-type]
+    _, free_secret = await gateway.key()  # no balance, no budget: nothing to charge, nothing to protect
+    served = await gateway.client(free_secret).chat.completions.create(model="small", messages=HI, max_tokens=4)  # type: ignore[arg-type]
+    assert served.choices[0].message.content

@@ -38,6 +38,7 @@ class Fault(StrEnum):
     html_400 = "html_400"  # a 400 from a proxy in front of the model: HTML with an API key and an internal URL
     leaky_400 = "leaky_400"  # an OpenAI-shaped 400 whose message carries an API key and an internal URL
     never_streams = "never_streams"  # answers a whole body even when asked for a stream
+    holds_tools = "holds_tools"  # a forced tool call answers 200, then holds every token back (issue 41)
 
 
 @dataclass
@@ -124,6 +125,8 @@ class MockUpstream:
                                 status_code=503, headers={"retry-after": "0.2"})
         if self.fault is Fault.hang:
             await asyncio.sleep(3600)
+        if self.fault is Fault.holds_tools and body.get("tool_choice") == "required":
+            return StreamingResponse(_held(body["model"]), media_type="text/event-stream")
         chat = request.url.path.endswith("/chat/completions")
         n = int(body.get("max_tokens") or 5)
         prompt_tokens = len(json.dumps(body.get("messages") or body.get("prompt"))) // 4
@@ -192,6 +195,13 @@ class MockUpstream:
                                     "total_tokens": prompt_tokens + n}})
         self.completed += 1
         yield b"data: [DONE]\n\n"
+
+
+async def _held(model: str) -> AsyncIterator[bytes]:
+    """The role chunk at once, then nothing: a stream whose first token never comes."""
+    yield _event({"id": "cmpl-1", "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+                  "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+    await asyncio.sleep(3600)
 
 
 async def serve_in_loop(app: Starlette, port: int) -> tuple[uvicorn.Server, asyncio.Task[None]]:

@@ -13,7 +13,7 @@ from quota.admin.money import MoneyAdmin
 from quota.money import Spend
 from quota.records import Admission, ApiKey, KeyInfo, Level, Reservation
 from quota.rules.audit import AuditLog
-from quota.rules.quotes import Quoter, settled_cost
+from quota.rules.quotes import Places, Quoter, refused_unpriced, settled_cost
 from quota.rules.request_audit import AuditRecord
 from quota.stores.embedded.catalog import SqliteCatalog
 from quota.stores.local_admission import Charge, LocalAdmission
@@ -58,13 +58,14 @@ class EmbeddedQuotaService(QuotaService):
         return charges
 
     async def admit(self, key: KeyInfo, *, model: str, estimated_tokens: int, request_id: str,
-                    max_output_tokens: int = 0) -> Admission:
+                    max_output_tokens: int = 0, places: Places = ()) -> Admission:
         check_counts(estimated_tokens=estimated_tokens, max_output_tokens=max_output_tokens)
         charges = await self._charges_of(key)
         quote = await self._quoter.quote(key.account_id, model, max_output_tokens=max_output_tokens,
-                                         prompt_tokens=max(estimated_tokens - max_output_tokens, 0))
-        return self._local.admit(charges, key_id=key.id, model=model, estimated_tokens=estimated_tokens,
-                                 request_id=request_id, quote=quote)
+                                         prompt_tokens=max(estimated_tokens - max_output_tokens, 0), places=places)
+        return refused_unpriced(self._local.admit(charges, key_id=key.id, model=model,
+                                                  estimated_tokens=estimated_tokens, request_id=request_id,
+                                                  quote=quote), quote)
 
     async def renew(self, reservation: Reservation) -> None:
         self._local.renew(reservation)

@@ -33,7 +33,7 @@ from quota.records import (
     Reservation,
 )
 from quota.rules.audit import AuditLog
-from quota.rules.quotes import Quoter, settled_cost
+from quota.rules.quotes import Places, Quoter, refused_unpriced, settled_cost
 from quota.stores.local_admission import Charge, LocalAdmission, reservation_id
 from quota.stores.redis import keys as rk
 from quota.stores.redis.catalog import RedisCatalog, ledger_field
@@ -155,7 +155,7 @@ class RedisQuotaService(QuotaService):
         return plan
 
     async def admit(self, key: KeyInfo, *, model: str, estimated_tokens: int, request_id: str,
-                    max_output_tokens: int = 0) -> Admission:
+                    max_output_tokens: int = 0, places: Places = ()) -> Admission:
         check_counts(estimated_tokens=estimated_tokens, max_output_tokens=max_output_tokens)
         plan = self._plan(key)
         prompt_tokens = max(estimated_tokens - max_output_tokens, 0)
@@ -163,7 +163,7 @@ class RedisQuotaService(QuotaService):
             member = reservation_id(request_id)
             try:
                 quote = await self._quoter.quote(key.account_id, model, max_output_tokens=max_output_tokens,
-                                                 prompt_tokens=prompt_tokens)
+                                                 prompt_tokens=prompt_tokens, places=places)
                 reply = await self._batch.call(self._admit, plan.keys,
                                                [estimated_tokens, int(self._settings.lease_ttl * 1000), member,
                                                 quote.cost, *quote.bounds])
@@ -171,10 +171,11 @@ class RedisQuotaService(QuotaService):
                 self._mark_down()
             else:
                 self._mark_up()
-                return self._answer(plan, key, reply, member, model, estimated_tokens, request_id, quote)
+                return refused_unpriced(
+                    self._answer(plan, key, reply, member, model, estimated_tokens, request_id, quote), quote)
         quote = self._quoter.last_known(key.account_id, model, prompt_tokens=prompt_tokens,
-                                        max_output_tokens=max_output_tokens)
-        return self._fallback(plan, key, model, estimated_tokens, request_id, quote)
+                                        max_output_tokens=max_output_tokens, places=places)
+        return refused_unpriced(self._fallback(plan, key, model, estimated_tokens, request_id, quote), quote)
 
     def _answer(self, plan: _KeyPlan, key: KeyInfo, reply: list[Any], member: str, model: str,
                 estimated_tokens: int, request_id: str, quote: Quote) -> Admission:

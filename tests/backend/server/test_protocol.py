@@ -160,10 +160,20 @@ def test_integral_floats_are_accepted_as_integers() -> None:
     assert parse_request(chat(max_tokens=16.0), Endpoint.CHAT).max_tokens == 16
 
 
-def test_default_max_tokens_is_16_for_completions_and_the_rest_of_the_window_for_chat() -> None:
+def test_default_max_tokens_is_16_for_completions_and_at_most_the_rest_of_the_window_for_chat() -> None:
     assert resolve_max_tokens(parse_request(completion(), Endpoint.COMPLETION), 10, 100) == 16
     assert resolve_max_tokens(parse_request(chat(), Endpoint.CHAT), 10, 100) == 90
     assert resolve_max_tokens(parse_request(completion(), Endpoint.COMPLETION), 95, 100) == 5
+
+
+def test_chat_without_a_limit_is_bounded_by_the_gateways_default_not_the_whole_context() -> None:
+    assert resolve_max_tokens(parse_request(chat(), Endpoint.CHAT), 10, 8192) == 512
+
+
+def test_max_completion_tokens_wins_on_both_endpoints() -> None:
+    for body, endpoint in ((chat(max_completion_tokens=1, max_tokens=300), Endpoint.CHAT),
+                           (completion(max_completion_tokens=1, max_tokens=300), Endpoint.COMPLETION)):
+        assert resolve_max_tokens(parse_request(body, endpoint), 10, 8192) == 1
 
 
 def test_prompt_plus_max_tokens_over_the_window_is_context_length_exceeded() -> None:

@@ -150,6 +150,21 @@ def test_streamed_tool_calls_assemble_to_the_non_streamed_ones(client: openai.Op
     assert all(c["id"].startswith("call_") for c in assembled.values())
 
 
+def test_a_forced_tool_call_streams_its_name_first_then_its_arguments_as_they_are_generated(
+        client: openai.OpenAI) -> None:
+    """Issue 41: a call held until complete sent no first token, so the gateway timed it out as a channel fault."""
+    stream = client.chat.completions.create(model=MODEL, messages=ASK_WEATHER, max_tokens=48, temperature=0,
+                                            tools=[WEATHER], tool_choice="required", parallel_tool_calls=False,
+                                            stream=True)
+    deltas = [d for chunk in stream if chunk.choices for d in chunk.choices[0].delta.tool_calls or []]
+    head, fragments = deltas[0], deltas[1:]
+    assert head.id and head.id.startswith("call_") and head.type == "function" and head.function is not None
+    assert (head.function.name, head.function.arguments) == ("get_weather", "")
+    assert len(fragments) > 1 and all(d.id is None and d.function and d.function.arguments for d in fragments)
+    arguments = json.loads("".join(d.function.arguments or "" for d in fragments if d.function))
+    jsonschema.validate(arguments, WEATHER["function"]["parameters"])  # type: ignore[index]
+
+
 def test_a_two_turn_tool_conversation_answers_from_the_tool_result(client: openai.OpenAI) -> None:
     first = client.chat.completions.create(model=MODEL, messages=ASK_WEATHER, max_tokens=48, temperature=0,
                                            tools=[WEATHER], tool_choice="required", parallel_tool_calls=False)

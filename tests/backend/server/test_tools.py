@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from backend.loading.chat_template import ChatTemplate
-from backend.server.tools import ToolRequest, ToolStream, parse_calls, prompt_messages, render_chat
+from backend.server.tool_stream import ForcedToolStream, ToolStream
+from backend.server.tools import ToolRequest, parse_calls, prompt_messages, render_chat
 
 WEATHER = {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
 TOOLS = ToolRequest([WEATHER])
@@ -51,12 +52,51 @@ def test_without_parallel_calls_only_the_first_is_kept_and_a_cut_call_is_dropped
 ])
 def test_a_stream_assembles_to_the_same_calls_as_the_whole_text(chunks: list[str]) -> None:
     stream = ToolStream(TOOLS)
-    streamed = "".join(stream.push(c) for c in chunks)
-    held, calls = stream.finish()
+    streamed = "".join(stream.push(c)[0] for c in chunks)
+    held, calls, _ = stream.finish()
     whole_content, whole_calls = parse_calls("".join(chunks), TOOLS)
     assert calls_of(calls) == calls_of(whole_calls)
     assert (streamed + held).strip() == (whole_content or "").strip()
     assert "<tool" not in streamed or not calls  # nothing of a call leaks out as content
+
+
+def _merged(deltas: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Deltas folded the way the openai client folds them: by index, arguments concatenated."""
+    calls: dict[int, dict[str, Any]] = {}
+    for delta in deltas:
+        call = calls.setdefault(delta["index"], {"name": None, "arguments": ""})
+        call["name"] = delta["function"].get("name") or call["name"]
+        call["arguments"] += delta["function"]["arguments"]
+    return [(c["name"], json.loads(c["arguments"])) for c in calls.values()]
+
+
+def test_a_forced_call_streams_its_name_first_then_argument_fragments_token_by_token() -> None:
+    text = CALL + "\n" + CALL.replace("Paris", 'Ro\\"me}')
+    stream = ForcedToolStream()
+    deltas: list[dict[str, Any]] = []
+    first_at = None
+    for i, char in enumerate(text):  # one character a token: the hardest split
+        content, out = stream.push(char)
+        assert content == ""
+        if out and first_at is None:
+            first_at = i
+        deltas += out
+    assert first_at is not None and first_at < text.index("Paris")  # before any argument is generated
+    head = deltas[0]
+    assert head["id"].startswith("call_") and head["type"] == "function"
+    assert head["function"] == {"name": "get_weather", "arguments": ""} and head["index"] == 0
+    assert _merged(deltas) == [("get_weather", {"city": "Paris"}), ("get_weather", {"city": 'Ro"me}'})]
+    first = "".join(d["function"]["arguments"] for d in deltas if d["index"] == 0)
+    assert first == json.dumps({"city": "Paris"})  # spaced as the non-streamed answer re-encodes it
+
+
+def test_forced_arguments_are_spaced_and_escaped_as_json_dumps_writes_them() -> None:
+    stream = ForcedToolStream()
+    _, deltas = stream.push('<tool_call>{"name": "get_weather", "arguments": {\n  "city" :"Zürich, CH",\n'
+                            '  "days":[1,2]}}</tool_call>')
+    arguments = "".join(d["function"]["arguments"] for d in deltas)
+    assert arguments == json.dumps({"city": "Zürich, CH", "days": [1, 2]})
+    assert stream.finish() == ("", [], True)
 
 
 def test_the_generic_prompt_lists_tools_and_renders_calls_and_results_as_blocks() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.path.admission import (
+    bound_output,
     estimate_completion_tokens,
     estimate_prompt_tokens,
-    max_output_tokens,
     rate_headers,
     refusal,
 )
@@ -48,13 +48,26 @@ def test_an_answer_without_usage_is_estimated_at_one_token_or_more() -> None:
     assert estimate_completion_tokens({}) == 1
 
 
-def test_max_completion_tokens_wins_over_max_tokens_then_the_default() -> None:
-    assert max_output_tokens({"max_completion_tokens": 7, "max_tokens": 9}, 512) == 7
-    assert max_output_tokens({"max_tokens": 9}, 512) == 9
-    assert max_output_tokens({"max_tokens": True}, 512) == 512
-    assert max_output_tokens({"max_tokens": 9, "n": 4}, 512) == 36  # every choice may use its max_tokens
-    assert max_output_tokens({"max_tokens": 9, "n": 2, "best_of": 3}, 512) == 27
-    assert max_output_tokens({"n": 3}, 512) == 1536 and max_output_tokens({"n": True}, 512) == 512
+def _bound(body: dict[str, Any], chat: bool = True) -> tuple[int, dict[str, Any]]:
+    return bound_output(body, chat, 512), body
+
+
+def test_chat_honours_max_completion_tokens_then_max_tokens_and_forwards_only_that_limit() -> None:
+    assert _bound({"max_completion_tokens": 7, "max_tokens": 9}) == (7, {"max_completion_tokens": 7})
+    assert _bound({"max_tokens": 9}) == (9, {"max_tokens": 9})
+    assert _bound({"max_tokens": True}) == (512, {"max_tokens": 512})  # no limit: the default, sent too
+    assert _bound({"max_tokens": 9, "n": 4})[0] == 36  # every choice may use its max_tokens
+    assert _bound({"max_tokens": 9, "n": 2, "best_of": 3})[0] == 27
+    assert _bound({"n": 3})[0] == 1536 and _bound({"n": True})[0] == 512
+
+
+def test_completions_honour_max_tokens_for_every_prompt_and_choice() -> None:
+    conflicting = {"max_completion_tokens": 1, "max_tokens": 300, "prompt": "hi"}
+    assert _bound(conflicting, chat=False) == (300, {"max_tokens": 300, "prompt": "hi"})
+    assert _bound({"max_tokens": 4, "prompt": ["a"] * 50}, chat=False)[0] == 200
+    assert _bound({"max_tokens": 4, "prompt": [[1, 2], [3]], "n": 2}, chat=False)[0] == 16
+    assert _bound({"max_tokens": 4, "prompt": [1, 2, 3]}, chat=False)[0] == 4  # one pre-tokenised prompt
+    assert _bound({"prompt": "hi"}, chat=False) == (512, {"max_tokens": 512, "prompt": "hi"})
 
 
 def test_a_refused_budget_is_insufficient_quota_and_a_rate_is_rate_limit_exceeded() -> None:
