@@ -14,12 +14,26 @@ from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
 from backend.executor.cpu.quant_blocks import BLOCK_BYTES, BlockQuantized, Weight
-from backend.executor.model.config import ModelConfig, UnsupportedModelError
+from backend.executor.model.config import SUPPORTED_ARCHITECTURES, ModelConfig, UnsupportedModelError
+from backend.executor.model.families import FAMILIES
 
 SUPPORTED_TENSOR_TYPES = frozenset(
     GGMLQuantizationType[name]
     for name in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K")
 )
+
+
+
+def tensor_support(architecture: str, type_name: str) -> str:
+    """What loading a matrix of this GGUF type into this architecture does, as docs/models.md's table says:
+    "computed natively" (float32, or the file's blocks under `--quantization auto` where the block kernel
+    builds), "dequantized" (to the model's float dtype at load) or "refused" (named at start)."""
+    known = type_name in GGMLQuantizationType.__members__
+    if architecture not in SUPPORTED_ARCHITECTURES or not known or GGMLQuantizationType[type_name] not in SUPPORTED_TENSOR_TYPES:
+        return "refused"
+    native = type_name == "F32" or (type_name in BLOCK_BYTES and FAMILIES[architecture].NATIVE_BLOCKS)
+    return "computed natively" if native else "dequantized"
+
 
 _LAYER_NAMES = {
     "attn_norm.weight": "input_layernorm.weight",
@@ -41,7 +55,10 @@ _GLOBAL_NAMES = {
     "output.weight": "lm_head.weight",
 }
 _LAYER = re.compile(r"^blk\.(\d+)\.(.+)$")
-_ROPE_FREQS = "rope_freqs.weight"
+# llama.cpp's RoPE frequency divisors: Llama 3's precomputed scaling, Phi-3 LongRoPE's short factors (the long
+# ones are unused: the context is capped at the original one, see config.py).
+_ROPE_FREQS = ("rope_freqs.weight", "rope_factors_short.weight")
+_UNUSED = ("rope_factors_long.weight",)
 
 
 @dataclass(slots=True)
@@ -77,9 +94,13 @@ def read_gguf(path: Path, *, keep_blocks: bool = False) -> GGUFContents:
                 f"tensor {t.name} has unsupported type {t.tensor_type.name}; supported: "
                 + ", ".join(sorted(q.name for q in SUPPORTED_TENSOR_TYPES))
             )
+    family = FAMILIES[config.architecture]
+    names = {**_LAYER_NAMES, **family.GGUF_NAMES}
     freq_factors = None
     weights: dict[str, Weight] = {}
     for name, t in tensors.items():
+        if name in _UNUSED:
+            continue
         # GGUF lists dims fastest-first; torch wants them slowest-first.
         shape = tuple(int(n) for n in reversed(t.shape.tolist()))
         tensor: Weight
@@ -91,25 +112,28 @@ def read_gguf(path: Path, *, keep_blocks: bool = False) -> GGUFContents:
             if not array.flags.writeable:  # F32 tensors come back as views of the read-only memory map
                 array = array.copy()
             tensor = torch.from_numpy(np.ascontiguousarray(array).reshape(shape))
-        if name == _ROPE_FREQS:
+        if name in _ROPE_FREQS:
             assert isinstance(tensor, torch.Tensor)
             freq_factors = tensor
             continue
-        hf_name = _hf_name(name)
-        if config.architecture == "llama" and ".self_attn.q_proj." in hf_name:
+        hf_name = _hf_name(name, names)
+        if family.GGUF_NORM_SHIFT and hf_name.endswith("norm.weight"):
+            assert isinstance(tensor, torch.Tensor)
+            tensor = tensor - family.GGUF_NORM_SHIFT
+        if family.GGUF_PERMUTED_QK and ".self_attn.q_proj." in hf_name:
             tensor = _unpermute(tensor, config.num_heads)
-        elif config.architecture == "llama" and ".self_attn.k_proj." in hf_name:
+        elif family.GGUF_PERMUTED_QK and ".self_attn.k_proj." in hf_name:
             tensor = _unpermute(tensor, config.num_kv_heads)
         weights[hf_name] = tensor
     return GGUFContents(metadata, config, weights, freq_factors)
 
 
-def _hf_name(name: str) -> str:
+def _hf_name(name: str, names: dict[str, str]) -> str:
     if name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[name]
     match = _LAYER.match(name)
-    if match and match.group(2) in _LAYER_NAMES:
-        return f"model.layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}"
+    if match and match.group(2) in names:
+        return f"model.layers.{match.group(1)}.{names[match.group(2)]}"
     raise UnsupportedModelError(f"unexpected tensor {name!r} in GGUF file")
 
 

@@ -11,6 +11,7 @@ import torch
 from backend.executor.cpu.quant_blocks import Weight
 from backend.executor.model import quantized_linear
 from backend.executor.model.config import ModelConfig, UnsupportedModelError
+from backend.executor.model.families import FAMILIES
 from backend.executor.model.model import LlamaModel
 from backend.executor.model.ops import ModelOps
 from backend.loading.gguf_weights import read_gguf
@@ -60,7 +61,7 @@ def load_model(
     else:
         raise UnsupportedModelError(f"{path.name}: expected a .gguf file or a folder with config.json")
     with torch.device(device):  # built where it runs: the weights are copied there once, as they load
-        model = LlamaModel(config, dtype=dtype, ops=ops, rope_freq_factors=freq_factors)
+        model = FAMILIES[config.architecture](config, dtype=dtype, ops=ops, rope_freq_factors=freq_factors)
     model.load_weights(weights, quantization)
     model.eval()
     return LoadedModel(config=config, model=model, tokenizer=tokenizer)

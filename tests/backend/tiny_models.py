@@ -119,24 +119,10 @@ def write_gguf(
     rng = np.random.default_rng(seed)
     types = types or {}
     writer = gguf.GGUFWriter(path, arch)
-    writer.add_block_count(config.num_hidden_layers)
-    writer.add_context_length(config.max_position_embeddings)
-    writer.add_embedding_length(config.hidden_size)
-    writer.add_feed_forward_length(config.intermediate_size)
-    writer.add_head_count(config.num_attention_heads)
-    writer.add_head_count_kv(config.num_key_value_heads)
+    add_shape(writer, config)
     writer.add_rope_freq_base(float(getattr(config, "rope_theta", None) or config.rope_parameters["rope_theta"]))
-    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     writer.add_rope_dimension_count(config.hidden_size // config.num_attention_heads)
-    writer.add_vocab_size(config.vocab_size)
-    vocab = byte_vocab()
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(vocab)
-    writer.add_token_types([1] * (len(vocab) - 1) + [3])
-    writer.add_token_merges([])
-    writer.add_eos_token_id(len(vocab) - 1)
-    writer.add_bos_token_id(len(vocab) - 1)
+    add_byte_tokenizer(writer)
     for hf_name, tensor in state.items():
         name = _gguf_name(hf_name)
         w = tensor.detach().float().numpy()
@@ -151,13 +137,42 @@ def write_gguf(
             writer.add_tensor(name, np.ascontiguousarray(w))
         else:
             writer.add_tensor(name, quantize(w, qtype), raw_dtype=qtype)
-    for name, array in (extra or {}).items():
+    return finish_gguf(writer, path, extra or {})
+
+
+def finish_gguf(writer: gguf.GGUFWriter, path: Path, extra: dict[str, np.ndarray]) -> Path:
+    """Add `extra` tensors as they are, then write the file."""
+    for name, array in extra.items():
         writer.add_tensor(name, array)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def add_shape(writer: gguf.GGUFWriter, config: Any) -> None:
+    """The `{arch}.*` sizes of a transformers config."""
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_vocab_size(config.vocab_size)
+
+
+def add_byte_tokenizer(writer: gguf.GGUFWriter) -> None:
+    """The byte-level BPE of `byte_vocab` (no merges), EOS and BOS its last token."""
+    vocab = byte_vocab()
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(vocab)
+    writer.add_token_types([1] * (len(vocab) - 1) + [3])
+    writer.add_token_merges([])
+    writer.add_eos_token_id(len(vocab) - 1)
+    writer.add_bos_token_id(len(vocab) - 1)
 
 
 def _gguf_name(hf_name: str) -> str:

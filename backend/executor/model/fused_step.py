@@ -59,6 +59,8 @@ class FusedLayers:
         bits: set[int] = set()
         kernel: ModuleType | None = None
         layers = cast("list[DecoderLayer]", list(model.layers))
+        if not all(layer.FUSABLE for layer in layers):  # other families' layers run the Python loop
+            return None
         for layer in layers:
             matrices = [getattr(layer, name) for name in layer.MATRICES]
             if not all(isinstance(m, BlockWeight) for m in matrices):

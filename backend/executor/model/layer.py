@@ -8,9 +8,10 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from backend.executor.cpu.quant_blocks import Weight, as_float, concat_rows
 from backend.executor.model.config import ModelConfig
 from backend.executor.model.ops import ModelOps
-from backend.executor.model.quantized_linear import QuantizedWeight
+from backend.executor.model.quantized_linear import QuantizedWeight, form_for, quantize
 from backend.executor.model.rotary import Rotary
 from backend.executor.model.vocabulary import Vocabulary
 
@@ -48,6 +49,7 @@ class DecoderLayer(nn.Module):
     """Pre-norm attention + SwiGLU block with merged projections."""
 
     MATRICES: ClassVar[tuple[str, ...]] = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+    FUSABLE: ClassVar[bool] = True  # the C++ decode stack (fused_step.py) computes exactly this layer
 
     def __init__(self, config: ModelConfig, dtype: torch.dtype, ops: ModelOps, rotary: Rotary) -> None:
         super().__init__()
@@ -77,16 +79,70 @@ class DecoderLayer(nn.Module):
         plan: object,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One block; returns its output and the residual stream, which the next block's norm adds."""
-        ops, t = self.ops, x.shape[0]
-        h, residual = add_norm(x, residual, self.input_norm, ops)
+        h, residual = add_norm(x, residual, self.input_norm, self.ops)
+        o = self.attention(h, positions, kv_cache, plan)
+        h, residual = add_norm(o, residual, self.post_norm, self.ops)
+        return self.mlp(h), residual
+
+    def attention(
+        self, h: torch.Tensor, positions: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor], plan: object
+    ) -> torch.Tensor:
+        """Attention of the normed rows `h`, through the output projection; writes their K/V to the cache."""
+        ops, t = self.ops, h.shape[0]
         qkv = linear(ops, h, self.qkv_proj, self.qkv_bias)
-        qk = qkv[:, : self.q_size + self.kv_size].view(t, -1, self.head_dim)
-        q, k = self.rotary(positions, qk, self.num_heads)
+        q, k = self.rotate_qk(qkv[:, : self.q_size + self.kv_size].view(t, -1, self.head_dim), positions)
         v = qkv[:, self.q_size + self.kv_size :].view(t, self.num_kv_heads, self.head_dim)
         k_cache, v_cache = kv_cache
         ops.attention.write_kv(k, v, k_cache, v_cache, plan)
-        o = ops.attention.attend(q, k_cache, v_cache, plan, self.scale)
-        o = linear(ops, o.reshape(t, self.q_size), self.o_proj)
-        h, residual = add_norm(o, residual, self.post_norm, ops)
-        gate_up = linear(ops, h, self.gate_up_proj)
-        return linear(ops, ops.silu_and_mul(gate_up), self.down_proj), residual
+        o = self.attend(q, k_cache, v_cache, plan)
+        return linear(ops, o.reshape(t, self.q_size), self.o_proj)
+
+    def attend(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, plan: object) -> torch.Tensor:
+        return self.ops.attention.attend(q, k_cache, v_cache, plan, self.scale)
+
+    def mlp(self, h: torch.Tensor) -> torch.Tensor:
+        return linear(self.ops, self.ops.silu_and_mul(linear(self.ops, h, self.gate_up_proj)), self.down_proj)
+
+    def rotate_qk(self, qk: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The q and k heads of `qk` `[T, heads + kv_heads, head_dim]`, ready for attention."""
+        return self.rotary(positions, qk, self.num_heads)
+
+    def load(self, own: dict[str, Weight], prefix: str, quantization: str) -> None:
+        """Take this layer's tensors (own names, `prefix` = `layers.{i}.`) out of `own`."""
+        place(self, "qkv_proj", concat_rows([take(own, prefix + s + ".weight") for s in ("q", "k", "v")]), quantization)
+        if self.qkv_bias is not None:
+            fill(self.qkv_bias, torch.cat([as_float(take(own, prefix + s + ".bias")) for s in ("q", "k", "v")]))
+        place(self, "o_proj", take(own, prefix + "o_proj"), quantization)
+        self.load_mlp(own, prefix, quantization)
+        for name in ("input_norm", "post_norm"):
+            fill(getattr(self, name).weight, as_float(take(own, prefix + name)))
+
+    def load_mlp(self, own: dict[str, Weight], prefix: str, quantization: str) -> None:
+        place(self, "gate_up_proj", concat_rows([take(own, prefix + "gate"), take(own, prefix + "up")]), quantization)
+        place(self, "down_proj", take(own, prefix + "down_proj"), quantization)
+
+
+def take(weights: dict[str, Weight], name: str) -> Weight:
+    try:
+        return weights.pop(name)
+    except KeyError:
+        raise ValueError(f"missing weight {name!r}") from None
+
+
+def place(module: nn.Module, name: str, weight: Weight, quantization: str) -> None:
+    """Fill the float matrix `name`, or replace it by its quantized form (its float storage never touched)."""
+    param = getattr(module, name)
+    form = form_for(quantization, weight)
+    if form == "dense":
+        fill(param, as_float(weight))
+        return
+    if tuple(param.shape) != tuple(weight.shape):
+        raise ValueError(f"weight shape {tuple(weight.shape)} does not match the model's {tuple(param.shape)}")
+    delattr(module, name)
+    setattr(module, name, quantize(weight, form))
+
+
+def fill(param: torch.Tensor, value: torch.Tensor) -> None:
+    if tuple(param.shape) != tuple(value.shape):
+        raise ValueError(f"weight shape {tuple(value.shape)} does not match the model's {tuple(param.shape)}")
+    param.copy_(value)

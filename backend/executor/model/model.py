@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from backend.executor.cpu.quant_blocks import Weight, as_float, concat_rows
+from backend.executor.cpu.quant_blocks import Weight, as_float
 from backend.executor.model.config import ModelConfig
 from backend.executor.model.fused_step import FusedLayers
-from backend.executor.model.layer import DecoderLayer, RMSNorm, add_norm, linear
+from backend.executor.model.layer import DecoderLayer, RMSNorm, add_norm, fill, linear, take
 from backend.executor.model.ops import ModelOps, ops_for
-from backend.executor.model.quantized_linear import form_for, quantize
+from backend.executor.model.quantized_linear import form_for
 from backend.executor.model.rotary import Rotary
 from backend.executor.model.vocabulary import vocabulary_for
 
@@ -29,7 +30,20 @@ from backend.executor.model.vocabulary import vocabulary_for
 class LlamaModel(nn.Module):
     """Decoder stack, final norm and output head. Each op runs as `ops` says: by default what `ops_for` picks
     for the device the model is built on (torch's default device, e.g. inside `with torch.device("cuda")`)
-    and its dtype."""
+    and its dtype. Other families (backend/executor/model/families/) subclass it with their own layer class
+    and weight names."""
+
+    LAYER: ClassVar[type[DecoderLayer]] = DecoderLayer
+    # (HF name pattern, own name) pairs, tried in order.
+    HF_NAMES: ClassVar[tuple[tuple[re.Pattern[str], str], ...]] = ()
+    # GGUF layer tensor name (after `blk.{i}.`) -> HF name (after `model.layers.{i}.`) this family adds or overrides.
+    GGUF_NAMES: ClassVar[dict[str, str]] = {}
+    # llama.cpp's converter permuted the rows of Q and K (llama-arch files) for its own RoPE kernel.
+    GGUF_PERMUTED_QK: ClassVar[bool] = True
+    # What llama.cpp's converter added to every norm weight (Gemma's norms scale by 1 + weight); taken off at read.
+    GGUF_NORM_SHIFT: ClassVar[float] = 0.0
+    # Its matrices in Q8_0/Q4_0/Q4_1 are multiplied on their blocks (under --quantization auto).
+    NATIVE_BLOCKS: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -44,7 +58,7 @@ class LlamaModel(nn.Module):
         self.ops = ops or ops_for(str(torch.get_default_device()), dtype)
         self.embed_tokens = nn.Parameter(torch.empty(config.vocab_size, config.hidden_size, dtype=dtype), requires_grad=False)
         self.rotary = Rotary(config, self.ops.rotary, rope_freq_factors)
-        self.layers = nn.ModuleList(DecoderLayer(config, dtype, self.ops, self.rotary) for _ in range(config.num_layers))
+        self.layers = nn.ModuleList(self.LAYER(config, dtype, self.ops, self.rotary) for _ in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype)
         self.lm_head = (
             self.embed_tokens
@@ -67,8 +81,7 @@ class LlamaModel(nn.Module):
 
         `plan` is this step's `self.ops.attention.plan(meta, block_size, dtype)`, shared by every layer.
         """
-        embed = self.embed_tokens
-        x = F.embedding(input_ids, embed) if isinstance(embed, torch.Tensor) else embed.rows(input_ids, self.dtype)
+        x = self.embed(input_ids)
         if self.fused is not None:
             hidden = self.fused.run(x, positions, kv_caches, plan)
             if hidden is not None:
@@ -77,6 +90,11 @@ class LlamaModel(nn.Module):
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
             x, residual = layer(x, residual, positions, kv_cache, plan)
         return add_norm(x, residual, self.norm, self.ops)[0]
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The embedding rows of `input_ids`, the residual stream's start."""
+        embed = self.embed_tokens
+        return F.embedding(input_ids, embed) if isinstance(embed, torch.Tensor) else embed.rows(input_ids, self.dtype)
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -97,32 +115,24 @@ class LlamaModel(nn.Module):
     def _copy_weights(self, weights: Mapping[str, Weight], quantization: str) -> None:
         own: dict[str, Weight] = {}
         for name, tensor in weights.items():
-            own[_hf_to_own(name)] = tensor
+            own[_hf_to_own(name, self.HF_NAMES + _HF_NAMES)] = tensor
         for i, layer in enumerate(self.layers):
             assert isinstance(layer, DecoderLayer)
-            p = f"layers.{i}."
-            _place(layer, "qkv_proj", concat_rows([_take(own, p + s + ".weight") for s in ("q", "k", "v")]), quantization)
-            if layer.qkv_bias is not None:
-                _fill(layer.qkv_bias, torch.cat([as_float(_take(own, p + s + ".bias")) for s in ("q", "k", "v")]))
-            _place(layer, "gate_up_proj", concat_rows([_take(own, p + "gate"), _take(own, p + "up")]), quantization)
-            for name in ("o_proj", "down_proj"):
-                _place(layer, name, _take(own, p + name), quantization)
-            for name in ("input_norm", "post_norm"):
-                _fill(getattr(layer, name).weight, as_float(_take(own, p + name)))
-        embed = _take(own, "embed_tokens")
+            layer.load(own, f"layers.{i}.", quantization)
+        embed = take(own, "embed_tokens")
         if form_for(quantization, embed) == "dense":
-            _fill(self.embed_tokens, as_float(embed))
+            fill(self.embed_tokens, as_float(embed))
         else:
             self._set_vocabulary("embed_tokens", vocabulary_for(embed))
             if self.config.tie_word_embeddings:
                 self._set_vocabulary("lm_head", self.embed_tokens)
-        _fill(self.norm.weight, as_float(_take(own, "norm")))
+        fill(self.norm.weight, as_float(take(own, "norm")))
         head = own.pop("lm_head", None)
         if not self.config.tie_word_embeddings:
             if head is None:
                 raise ValueError("the weights lack lm_head.weight and the config does not tie embeddings")
             if form_for(quantization, head) == "dense":
-                _fill(self.lm_head, as_float(head))
+                fill(self.lm_head, as_float(head))
             else:
                 self._set_vocabulary("lm_head", vocabulary_for(head))
         if own:
@@ -135,7 +145,8 @@ class LlamaModel(nn.Module):
     def _pack_matrices(self, pack: Callable[[torch.Tensor], torch.Tensor]) -> None:
         # Outside inference mode, so that the packed matrices are ordinary tensors like the parameters they replace.
         for layer in self.layers:
-            for name in DecoderLayer.MATRICES:
+            assert isinstance(layer, DecoderLayer)
+            for name in layer.MATRICES:
                 matrix = getattr(layer, name)
                 if isinstance(matrix, torch.Tensor):
                     delattr(layer, name)
@@ -144,7 +155,7 @@ class LlamaModel(nn.Module):
             self.packed_head = pack(self.lm_head)
 
 
-_HF_NAMES = [
+_HF_NAMES = (
     (re.compile(r"^model\.embed_tokens\.weight$"), "embed_tokens"),
     (re.compile(r"^model\.norm\.weight$"), "norm"),
     (re.compile(r"^lm_head\.weight$"), "lm_head"),
@@ -153,38 +164,12 @@ _HF_NAMES = [
     (re.compile(r"^model\.layers\.(\d+)\.mlp\.(gate|up|down)_proj\.weight$"), r"layers.\1.\2"),
     (re.compile(r"^model\.layers\.(\d+)\.input_layernorm\.weight$"), r"layers.\1.input_norm"),
     (re.compile(r"^model\.layers\.(\d+)\.post_attention_layernorm\.weight$"), r"layers.\1.post_norm"),
-]
+)
 
 
-def _hf_to_own(name: str) -> str:
-    for pattern, repl in _HF_NAMES:
+def _hf_to_own(name: str, names: tuple[tuple[re.Pattern[str], str], ...]) -> str:
+    for pattern, repl in names:
         if pattern.match(name):
             own = pattern.sub(repl, name)
             return own.replace(".down", ".down_proj") if own.endswith(".down") else own
     raise ValueError(f"unexpected weight {name!r}")
-
-
-def _take(weights: dict[str, Weight], name: str) -> Weight:
-    try:
-        return weights.pop(name)
-    except KeyError:
-        raise ValueError(f"missing weight {name!r}") from None
-
-
-def _place(module: nn.Module, name: str, weight: Weight, quantization: str) -> None:
-    """Fill the float matrix `name`, or replace it by its quantized form (its float storage never touched)."""
-    param = getattr(module, name)
-    form = form_for(quantization, weight)
-    if form == "dense":
-        _fill(param, as_float(weight))
-        return
-    if tuple(param.shape) != tuple(weight.shape):
-        raise ValueError(f"weight shape {tuple(weight.shape)} does not match the model's {tuple(param.shape)}")
-    delattr(module, name)
-    setattr(module, name, quantize(weight, form))
-
-
-def _fill(param: torch.Tensor, value: torch.Tensor) -> None:
-    if tuple(param.shape) != tuple(value.shape):
-        raise ValueError(f"weight shape {tuple(value.shape)} does not match the model's {tuple(param.shape)}")
-    param.copy_(value)

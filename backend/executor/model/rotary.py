@@ -32,11 +32,25 @@ def rope_inv_freq(config: ModelConfig, freq_factors: torch.Tensor | None = None)
         inv_freq = inv_freq / float(scaling["factor"])
     elif kind == "llama3":
         inv_freq = _llama3_inv_freq(inv_freq, scaling)
+    elif kind == "longrope":  # the short factors: the context is capped at the original one (config.py)
+        if "short_factor" in scaling:  # a GGUF file gives them as `freq_factors` instead
+            inv_freq = inv_freq / torch.tensor(scaling["short_factor"], dtype=torch.float32)
     elif kind is not None:
         raise ValueError(f"unsupported RoPE scaling {kind!r}")
     if freq_factors is not None:
         inv_freq = inv_freq / freq_factors.float().cpu()
     return inv_freq
+
+
+def rope_attention_factor(config: ModelConfig) -> float:
+    """LongRoPE's scale of cos and sin (1 for every other kind), as transformers computes it."""
+    scaling = config.rope_scaling or {}
+    if scaling.get("rope_type") != "longrope":
+        return 1.0
+    if scaling.get("attention_factor") is not None:
+        return float(scaling["attention_factor"])
+    factor, original = float(scaling["factor"]), float(scaling["original_max_position_embeddings"])
+    return 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
 
 
 def _llama3_inv_freq(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
@@ -120,7 +134,7 @@ class Rotary(nn.Module):
     def __init__(self, config: ModelConfig, op: RotaryOp, freq_factors: torch.Tensor | None = None) -> None:
         super().__init__()
         self.inv_freq = rope_inv_freq(config, freq_factors)
-        table = build_cos_sin_cache(self.inv_freq, config.max_position_embeddings)
+        table = build_cos_sin_cache(self.inv_freq, config.max_position_embeddings) * rope_attention_factor(config)
         self.cos_sin_cache: torch.Tensor
         self.register_buffer("cos_sin_cache", table.to(torch.get_default_device()), persistent=False)
         self.op = op
