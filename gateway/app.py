@@ -75,7 +75,7 @@ class Gateway:
         self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics, self.tracing)
         self.responses = ResponsesApi(self.proxy, quota, open_response_store(settings, self.redis))
         self.admin = AdminApi(quota, self.registry, configured_admin_key(settings),
-                              frozenset(settings.priority_classes), settings.currency)
+                              tuple(settings.priority_classes), settings.currency)
         self.health = HealthChecker(self.router.channels, settings.health_check_interval, self.http,
                                     settings.health_check_timeout, settings.unhealthy_threshold)
         self.breaker_sync = None
