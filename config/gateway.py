@@ -251,6 +251,8 @@ class GatewaySettings(StoreSettings):
     routing: Routing = Field(default_factory=Routing)  # a model group's own `routing` overrides it
     # how long a Responses API response (and the conversation to continue it) is kept for previous_response_id
     responses_ttl_seconds: int = Field(default=86400, ge=60)
+    # what one account's stored responses may take (bytes, as stored); past it a request with store: true is a 429
+    responses_max_stored_bytes_per_account: int = Field(default=64 * 1024 * 1024, ge=1024)
 
     @model_validator(mode="after")
     def _consistent(self) -> GatewaySettings:
