@@ -16,11 +16,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from common.request_id import request_id as request_id_of
+from config.stores import AdminLimits
 from gateway.admin.access import RULES, AdminAccess, Rule, Scope, Target, caller_of, rule_for
 from gateway.admin.body import json_body, reject_unknown
 from gateway.admin.ceilings import within_account
 from gateway.admin.channels import channel_handlers
 from gateway.admin.money import AdminMoney
+from gateway.admin.write_limit import AdminWriteLimit
 from gateway.auth import client_address
 from gateway.channels.registry import ChannelRegistry
 from gateway.errors import ApiError, invalid_request, not_found, unavailable
@@ -58,7 +60,8 @@ class AdminApi:
     """Each route checks the admin key, calls quota's admin API and maps its errors to 400/404."""
 
     def __init__(self, quota: QuotaService, registry: ChannelRegistry, admin_key: str | None,
-                 priority_classes: tuple[str, ...] = (), currency: str = "USD"):
+                 priority_classes: tuple[str, ...] = (), currency: str = "USD",
+                 writes: AdminWriteLimit | None = None):
         self._quota = quota
         self._admin = quota.admin
         self._admin_keys = quota.admin_keys
@@ -67,6 +70,7 @@ class AdminApi:
         self._registry = registry
         self._access = AdminAccess(quota, admin_key)
         self._classes = priority_classes
+        self._writes = writes or AdminWriteLimit(AdminLimits().writes_per_minute, None)
 
     def routes(self) -> list[Route]:
         """One route per row of the route table, served by the handler its action names."""
@@ -91,6 +95,8 @@ class AdminApi:
                 route = request.scope.get("route")
                 rule = rule_for(request.method, getattr(route, "path", request.url.path))
                 target = await self._access.authorize(request, rule, lambda: json_body(request))
+                if request.method not in READS:
+                    await self._writes.hit(caller_of(request).id)
                 status, result = 200, await handler(request)
                 if isinstance(result, Response):  # a report as CSV
                     return result

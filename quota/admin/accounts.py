@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any, TypeVar
 
+from config.stores import AdminLimits
 from quota.admin.catalog import Catalog, UsageQuery
 from quota.money import to_micro
 from quota.records import (
@@ -137,9 +138,11 @@ class QuotaAdmin:
     `on_change` runs after each write, so that the owning store drops what it cached.
     """
 
-    def __init__(self, catalog: Catalog, on_change: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, catalog: Catalog, on_change: Callable[[], None] = lambda: None,
+                 limits: AdminLimits | None = None) -> None:
         self._catalog = catalog
         self._on_change = on_change
+        self._limits = limits or AdminLimits()
 
     async def create_account(self, name: str, quota: Quota | dict[str, Any] | None = None,
                              timezone: str = "UTC", price_multiplier: float = 1.0,
@@ -177,6 +180,9 @@ class QuotaAdmin:
     async def create_sub_account(self, account_id: str, name: str,
                                  quota: Quota | dict[str, Any] | None = None) -> SubAccount:
         await self.get_account(account_id)
+        if len(await self._catalog.list_sub_accounts(account_id)) >= self._limits.sub_accounts_per_account:
+            raise InvalidRequest(f"account {account_id!r} has {self._limits.sub_accounts_per_account} sub-accounts, "
+                                 "the most an account may have (admin_limits.sub_accounts_per_account)")
         sub = SubAccount(new_id("sub"), account_id, _name(name), _quota(quota))
         await self._catalog.put_sub_account(sub)
         return sub
@@ -212,6 +218,10 @@ class QuotaAdmin:
             raise InvalidRequest("account_id or sub_account_id is required")
         else:
             await self.get_account(_record_id(account_id, "account_id"))
+        live = [k for k in await self._catalog.list_keys(account_id, None) if k.revoked_at is None]
+        if len(live) >= self._limits.keys_per_account:
+            raise InvalidRequest(f"account {account_id!r} has {len(live)} live keys, the most an account may have "
+                                 "(admin_limits.keys_per_account): revoke one first")
         secret, prefix = _new_secret()
         key = ApiKey(new_id("key"), account_id, sub_account_id, _name(name), _models(models), _quota(quota),
                      _priority_class(priority_class), parse_time(expires_at),
