@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -103,6 +104,14 @@ class Channel(BaseModel):
     def _not_empty(cls, value: dict[str, str]) -> dict[str, str]:
         if not value:
             raise ValueError("a channel serves at least one model")
+        return value
+
+    @field_validator("health_path")
+    @classmethod
+    def _plain_path(cls, value: str | None) -> str | None:
+        # a path only: a query, fragment or other host would turn the probe into an operator-made oracle
+        if value is not None and (not re.fullmatch(r"/[A-Za-z0-9._~/-]{0,255}", value) or "//" in value):
+            raise ValueError("health_path must be a plain path such as /health: no query, fragment, scheme or host")
         return value
 
     @model_validator(mode="after")
@@ -242,6 +251,8 @@ class GatewaySettings(StoreSettings):
     routing: Routing = Field(default_factory=Routing)  # a model group's own `routing` overrides it
     # how long a Responses API response (and the conversation to continue it) is kept for previous_response_id
     responses_ttl_seconds: int = Field(default=86400, ge=60)
+    # what one account's stored responses may take (bytes, as stored); past it a request with store: true is a 429
+    responses_max_stored_bytes_per_account: int = Field(default=64 * 1024 * 1024, ge=1024)
 
     @model_validator(mode="after")
     def _consistent(self) -> GatewaySettings:

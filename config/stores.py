@@ -28,6 +28,17 @@ class RedisDownPolicy(BaseModel):
     concurrency: OnRedisDown = OnRedisDown.local
 
 
+class AdminLimits(BaseModel):
+    """Bounds on what admin callers may write, so that no admin key (an account admin's included) grows the store
+    without limit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    writes_per_minute: int = Field(default=240, ge=1)  # per admin identity, every replica together; then 429
+    keys_per_account: int = Field(default=1000, ge=1)  # live keys (revoked ones do not count)
+    sub_accounts_per_account: int = Field(default=200, ge=1)
+
+
 class StoreSettings(BaseModel):
     """Shared by every gateway replica: the embedded SQLite store, or Redis when `redis_url` is set."""
 
@@ -49,6 +60,7 @@ class StoreSettings(BaseModel):
     audit_retention_days: float = Field(default=365.0, gt=0)
     # Per-request records (ids, tokens, cost, outcome; never content) are kept this many days; 0: none.
     request_records_retention_days: int = Field(default=30, ge=0, le=3660)
+    admin_limits: AdminLimits = Field(default_factory=AdminLimits)
 
     @field_validator("redis_url")
     @classmethod

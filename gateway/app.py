@@ -23,6 +23,7 @@ from config.admin_key import configured_admin_key
 from gateway.admin.api import AdminApi
 from gateway.admin.console import console_routes
 from gateway.admin.money import seed_prices
+from gateway.admin.write_limit import AdminWriteLimit
 from gateway.apis.messages import MESSAGES
 from gateway.apis.openai import CHAT, COMPLETIONS, EMBEDDINGS, models_endpoint
 from gateway.apis.responses.api import ResponsesApi
@@ -75,7 +76,8 @@ class Gateway:
         self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics, self.tracing)
         self.responses = ResponsesApi(self.proxy, quota, open_response_store(settings, self.redis))
         self.admin = AdminApi(quota, self.registry, configured_admin_key(settings),
-                              frozenset(settings.priority_classes), settings.currency)
+                              tuple(settings.priority_classes), settings.currency,
+                              AdminWriteLimit(settings.admin_limits.writes_per_minute, self.redis))
         self.health = HealthChecker(self.router.channels, settings.health_check_interval, self.http,
                                     settings.health_check_timeout, settings.unhealthy_threshold)
         self.breaker_sync = None

@@ -124,6 +124,10 @@ class Account:
     timezone: str = "UTC"  # where its budgets' days, weeks and months begin
     price_multiplier: float = 1.0  # applied to every price it pays (a discount below 1, a markup above)
     cache_scope: str = "account"  # whose requests may share an upstream prefix cache: CACHE_SCOPES
+    # ceilings for every key of the account, set by owners and operators: the models its keys may use (None:
+    # every model) and the most important priority class they may run in (None: any class)
+    models: list[str] | None = None
+    max_priority_class: str | None = None
 
 
 @dataclass(slots=True)
@@ -175,6 +179,7 @@ class KeyInfo:
     expires_at: datetime | None
     allowed_ips: tuple[str, ...] | None = None
     cache_scope: str = "account"  # its account's
+    class_ceiling: str | None = None  # its account's max_priority_class
 
     def allows(self, model: str) -> bool:
         return self.models is None or model in self.models
@@ -184,9 +189,15 @@ class KeyInfo:
         return _levels(self.id, self.sub_account_id, self.account_id)
 
     @classmethod
-    def of(cls, key: ApiKey, cache_scope: str = "account") -> KeyInfo:
-        return cls(key.id, key.name, key.account_id, key.sub_account_id, key.models, key.priority_class,
-                   key.expires_at, None if key.allowed_ips is None else tuple(key.allowed_ips), cache_scope)
+    def of(cls, key: ApiKey, account: Account | None = None) -> KeyInfo:
+        """The key as its account bounds it: only models both allow, the account's class ceiling."""
+        models = key.models
+        if account is not None and account.models is not None:
+            models = [m for m in (account.models if models is None else models) if m in account.models]
+        return cls(key.id, key.name, key.account_id, key.sub_account_id, models, key.priority_class,
+                   key.expires_at, None if key.allowed_ips is None else tuple(key.allowed_ips),
+                   "account" if account is None else account.cache_scope,
+                   None if account is None else account.max_priority_class)
 
 
 @dataclass(slots=True, frozen=True)

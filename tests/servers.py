@@ -50,11 +50,13 @@ class RedisServer:
     port: int = field(default_factory=free_port)
     persistent: bool = False  # append-only file fsynced on every write: a restart keeps everything
     extra_args: list[str] = field(default_factory=list)  # such as a cluster node's flags
+    password: str | None = None  # requirepass: clients must send it
     proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        credentials = f":{self.password}@" if self.password else ""
+        return f"redis://{credentials}127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
         binary = shutil.which("redis-server")
@@ -64,7 +66,8 @@ class RedisServer:
         durability = ["--appendonly", "yes", "--appendfsync", "always"] if self.persistent else ["--appendonly", "no"]
         self.proc = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
-             "--save", "", *durability, "--protected-mode", "yes", "--loglevel", "warning", *self.extra_args],
+             "--save", "", *durability, "--protected-mode", "yes", "--loglevel", "warning", *self.extra_args,
+             *(["--requirepass", self.password] if self.password else [])],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         wait_for_port(self.port)
@@ -73,7 +76,7 @@ class RedisServer:
         return self
 
     def _answers_ping(self) -> bool:
-        client = redis.Redis(port=self.port, socket_timeout=2)
+        client = redis.Redis(port=self.port, socket_timeout=2, password=self.password)
         try:
             return bool(client.ping())
         except redis.RedisError:

@@ -16,10 +16,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from common.request_id import request_id as request_id_of
+from config.stores import AdminLimits
 from gateway.admin.access import RULES, AdminAccess, Rule, Scope, Target, caller_of, rule_for
 from gateway.admin.body import json_body, reject_unknown
+from gateway.admin.ceilings import within_account
 from gateway.admin.channels import channel_handlers
 from gateway.admin.money import AdminMoney
+from gateway.admin.write_limit import AdminWriteLimit
 from gateway.auth import client_address
 from gateway.channels.registry import ChannelRegistry
 from gateway.errors import ApiError, invalid_request, not_found, unavailable
@@ -28,7 +31,7 @@ from quota import UNSET, AuditEntry, InvalidRequest, NotFound, Quota, QuotaServi
 
 Handler = Callable[[Request], Awaitable[Any]]
 UPDATABLE = {
-    "accounts": ("name", "quota", "timezone", "price_multiplier", "cache_scope"),
+    "accounts": ("name", "quota", "timezone", "price_multiplier", "cache_scope", "models", "max_priority_class"),
     "sub-accounts": ("name", "quota"),
     "keys": ("name", "models", "quota", "priority_class", "expires_at", "allowed_ips"),
 }
@@ -57,7 +60,9 @@ class AdminApi:
     """Each route checks the admin key, calls quota's admin API and maps its errors to 400/404."""
 
     def __init__(self, quota: QuotaService, registry: ChannelRegistry, admin_key: str | None,
-                 priority_classes: frozenset[str] = frozenset(), currency: str = "USD"):
+                 priority_classes: tuple[str, ...] = (), currency: str = "USD",
+                 writes: AdminWriteLimit | None = None):
+        self._quota = quota
         self._admin = quota.admin
         self._admin_keys = quota.admin_keys
         self._audit = quota.audit
@@ -65,6 +70,7 @@ class AdminApi:
         self._registry = registry
         self._access = AdminAccess(quota, admin_key)
         self._classes = priority_classes
+        self._writes = writes or AdminWriteLimit(AdminLimits().writes_per_minute, None)
 
     def routes(self) -> list[Route]:
         """One route per row of the route table, served by the handler its action names."""
@@ -89,6 +95,8 @@ class AdminApi:
                 route = request.scope.get("route")
                 rule = rule_for(request.method, getattr(route, "path", request.url.path))
                 target = await self._access.authorize(request, rule, lambda: json_body(request))
+                if request.method not in READS:
+                    await self._writes.hit(caller_of(request).id)
                 status, result = 200, await handler(request)
                 if isinstance(result, Response):  # a report as CSV
                     return result
@@ -123,9 +131,11 @@ class AdminApi:
     async def create_account(self, request: Request) -> Any:
         body = await json_body(request)
         reject_unknown(body, set(UPDATABLE["accounts"]))
+        self._check_class(body)
         return 201, await self._admin.create_account(body.get("name", ""), body.get("quota"),
                                                      body.get("timezone", "UTC"), body.get("price_multiplier", 1.0),
-                                                     body.get("cache_scope", "account"))
+                                                     body.get("cache_scope", "account"), body.get("models"),
+                                                     body.get("max_priority_class"))
 
     async def list_accounts(self, request: Request) -> Any:
         tenant = caller_of(request).tenant
@@ -152,6 +162,8 @@ class AdminApi:
                    "allowed_ips"}
         reject_unknown(body, allowed)
         self._check_class(body)
+        if caller_of(request).tenant:
+            body = await within_account(self._quota, str(caller_of(request).tenant), body, self._classes, True)
         created = await self._admin.create_key(**body)
         return 201, {**to_json(created.key), "key": created.secret}
 
@@ -169,8 +181,10 @@ class AdminApi:
             raise not_found(f"no admin collection {kind!r}")
         body = await json_body(request)
         reject_unknown(body, set(UPDATABLE[kind]))
-        changes = {name: body.get(name, UNSET) for name in UPDATABLE[kind]}
         self._check_class(body)
+        if kind == "keys" and caller_of(request).tenant:
+            body = await within_account(self._quota, str(caller_of(request).tenant), body, self._classes, False)
+        changes = {name: body.get(name, UNSET) for name in UPDATABLE[kind]}
         if kind == "accounts":
             return await self._admin.update_account(record_id, **changes)
         if kind == "sub-accounts":
@@ -179,9 +193,10 @@ class AdminApi:
 
     def _check_class(self, body: dict[str, Any]) -> None:
         """A key's class must be one this gateway serves: an unknown one would fail every request on the key."""
-        value = body.get("priority_class")
-        if value is not None and self._classes and (not isinstance(value, str) or value not in self._classes):
-            raise invalid_request(f"priority_class must be one of {sorted(self._classes)} or null", "priority_class")
+        for name in ("priority_class", "max_priority_class"):
+            value = body.get(name)
+            if value is not None and self._classes and (not isinstance(value, str) or value not in self._classes):
+                raise invalid_request(f"{name} must be one of {sorted(self._classes)} or null", name)
 
     async def usage(self, request: Request) -> Any:
         return await self._money.usage(request, caller_of(request).tenant)

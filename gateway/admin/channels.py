@@ -72,7 +72,10 @@ class ChannelAdmin:
             raise invalid_request("a channel cannot be renamed: add the new one, then remove this one", "name")
         if state.draining:
             raise ApiError(409, f"channel {state.name!r} is draining", "invalid_request_error", "channel_draining")
-        config = _validated(Channel, {**channel_record(state.config), **changes})
+        record = channel_record(state.config)
+        if changes.get("base_url", state.config.base_url) != state.config.base_url and "api_key" not in changes:
+            record["api_key"] = None  # a stored key is never sent to a destination it was not set for
+        config = _validated(Channel, {**record, **changes})
         return channel_view(await self._registry.put_channel(config))
 
     async def remove_channel(self, request: Request) -> Any:

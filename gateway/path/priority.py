@@ -90,10 +90,12 @@ class PriorityPools:
         # a stored class that is not (or no longer) configured falls back to the default, never to a 500
         return self.pools[name if isinstance(name, str) and name in self.pools else self.default]
 
-    def choose(self, ceiling: str | None, asked: str | None) -> PriorityPool:
+    def choose(self, ceiling: str | None, asked: str | None, account_ceiling: str | None = None) -> PriorityPool:
         """The class the body asked for when it is no more important than the key's class (or the default
-        class, for a key without one); otherwise that ceiling."""
+        class, for a key without one) and its account's ceiling; otherwise the lower of those ceilings."""
         top = self.get(ceiling)
+        if account_ceiling in self.pools and self.pools[account_ceiling].rank > top.rank:
+            top = self.pools[account_ceiling]
         wanted = self.pools.get(asked) if asked is not None else None
         return wanted if wanted is not None and wanted.rank >= top.rank else top
 

@@ -67,7 +67,7 @@ class Proxy:
             trace.set_model(call.model)
             self._check_model(key, call)
             headers = await self._admit(exchange, key, call, request_id)
-            pool = self.pools.choose(key.priority_class, call.priority_class)
+            pool = self.pools.choose(key.priority_class, call.priority_class, key.class_ceiling)
             await exchange.take_slot(pool)
             deadline = exchange.started + self.settings.timeouts.total
             exchange.upstream_started = time.monotonic()

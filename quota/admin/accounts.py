@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any, TypeVar
 
+from config.stores import AdminLimits
 from quota.admin.catalog import Catalog, UsageQuery
 from quota.money import to_micro
 from quota.records import (
@@ -30,6 +31,7 @@ from quota.rules.ip_allowlist import parse_allowlist
 SECRET_PREFIX = "tg-"
 PREFIX_LENGTH = 8  # "tg-" and 5 of the 43 random characters: enough to tell keys apart, useless to guess
 MAX_GRACE_SECONDS = 30 * 86400
+MAX_MODELS, MAX_MODEL_NAME = 256, 128  # a key's or an account's models list: bounded like every admin field
 
 
 class _Unset(Enum):
@@ -60,9 +62,11 @@ def _name(value: object) -> str:
 def _models(value: object) -> list[str] | None:
     if value is None:
         return None
-    if not isinstance(value, list) or not all(isinstance(m, str) and m for m in value):
-        raise InvalidRequest("models must be a list of model names or null")
-    return list(value)
+    if (not isinstance(value, list) or len(value) > MAX_MODELS
+            or not all(isinstance(m, str) and 0 < len(m) <= MAX_MODEL_NAME for m in value)):
+        raise InvalidRequest(f"models must be a list of at most {MAX_MODELS} model names (each at most "
+                             f"{MAX_MODEL_NAME} characters) or null")
+    return list(dict.fromkeys(value))
 
 
 def _priority_class(value: object) -> str | None:
@@ -100,6 +104,14 @@ def _renamed(record: Owner, name: str | _Unset, quota: Quota | dict[str, Any] | 
     return record
 
 
+def _ceilings(account: Account, models: object, max_priority_class: object) -> None:
+    """What every key of the account stays within (gateway.admin.ceilings checks account admins' writes)."""
+    if models is not UNSET:
+        account.models = _models(models)
+    if max_priority_class is not UNSET:
+        account.max_priority_class = _priority_class(max_priority_class)
+
+
 def _cache_scope(account: Account, scope: str | _Unset) -> None:
     if scope is UNSET:
         return
@@ -126,16 +138,20 @@ class QuotaAdmin:
     `on_change` runs after each write, so that the owning store drops what it cached.
     """
 
-    def __init__(self, catalog: Catalog, on_change: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, catalog: Catalog, on_change: Callable[[], None] = lambda: None,
+                 limits: AdminLimits | None = None) -> None:
         self._catalog = catalog
         self._on_change = on_change
+        self._limits = limits or AdminLimits()
 
     async def create_account(self, name: str, quota: Quota | dict[str, Any] | None = None,
                              timezone: str = "UTC", price_multiplier: float = 1.0,
-                             cache_scope: str = "account") -> Account:
+                             cache_scope: str = "account", models: list[str] | None = None,
+                             max_priority_class: str | None = None) -> Account:
         account = Account(new_id("acct"), _name(name), _quota(quota))
         _money_terms(account, timezone, price_multiplier)
         _cache_scope(account, cache_scope)
+        _ceilings(account, models, max_priority_class)
         await self._catalog.put_account(account)
         return account
 
@@ -151,10 +167,12 @@ class QuotaAdmin:
     async def update_account(self, account_id: str, *, name: str | _Unset = UNSET,
                              quota: Quota | dict[str, Any] | _Unset | None = UNSET,
                              timezone: str | _Unset = UNSET, price_multiplier: float | _Unset = UNSET,
-                             cache_scope: str | _Unset = UNSET) -> Account:
+                             cache_scope: str | _Unset = UNSET, models: list[str] | _Unset | None = UNSET,
+                             max_priority_class: str | _Unset | None = UNSET) -> Account:
         account = _renamed(await self.get_account(account_id), name, quota)
         _money_terms(account, timezone, price_multiplier)
         _cache_scope(account, cache_scope)
+        _ceilings(account, models, max_priority_class)
         await self._catalog.put_account(account)
         self._on_change()
         return account
@@ -162,6 +180,9 @@ class QuotaAdmin:
     async def create_sub_account(self, account_id: str, name: str,
                                  quota: Quota | dict[str, Any] | None = None) -> SubAccount:
         await self.get_account(account_id)
+        if len(await self._catalog.list_sub_accounts(account_id)) >= self._limits.sub_accounts_per_account:
+            raise InvalidRequest(f"account {account_id!r} has {self._limits.sub_accounts_per_account} sub-accounts, "
+                                 "the most an account may have (admin_limits.sub_accounts_per_account)")
         sub = SubAccount(new_id("sub"), account_id, _name(name), _quota(quota))
         await self._catalog.put_sub_account(sub)
         return sub
@@ -197,6 +218,10 @@ class QuotaAdmin:
             raise InvalidRequest("account_id or sub_account_id is required")
         else:
             await self.get_account(_record_id(account_id, "account_id"))
+        live = [k for k in await self._catalog.list_keys(account_id, None) if k.revoked_at is None]
+        if len(live) >= self._limits.keys_per_account:
+            raise InvalidRequest(f"account {account_id!r} has {len(live)} live keys, the most an account may have "
+                                 "(admin_limits.keys_per_account): revoke one first")
         secret, prefix = _new_secret()
         key = ApiKey(new_id("key"), account_id, sub_account_id, _name(name), _models(models), _quota(quota),
                      _priority_class(priority_class), parse_time(expires_at),

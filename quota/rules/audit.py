@@ -32,7 +32,8 @@ class AuditEntry:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["time"] = self.time.isoformat()
-        out["before"], out["after"] = scrub(self.before), scrub(self.after)
+        before, after = changed(self.before, self.after)
+        out["before"], out["after"] = scrub(before), scrub(after)
         return out
 
 
@@ -81,6 +82,15 @@ class AuditLog:
                 raise InvalidRequest(f"since is not an ISO 8601 time: {since!r}") from None
             start = start if start.tzinfo else start.replace(tzinfo=UTC)
         return await self._catalog.read_audit(AuditQuery(actor, action, start, count))
+
+
+def changed(before: Any, after: Any) -> tuple[Any, Any]:
+    """Of two versions of a record, only the fields that differ (old, new), so that an entry is the size of the
+    change, not of the record; a creation (nothing before) keeps the whole new record."""
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return before, after
+    names = [n for n in {**before, **after} if before.get(n) != after.get(n)]
+    return {n: before.get(n) for n in names}, {n: after.get(n) for n in names}
 
 
 def scrub(value: Any) -> Any:

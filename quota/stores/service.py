@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from quota.admin.accounts import QuotaAdmin, hash_secret
 from quota.admin.keys import AdminKeys
 from quota.admin.money import MoneyAdmin
-from quota.records import Admission, ApiKey, AuthResult, KeyInfo, NotFound, Reservation
+from quota.records import Account, Admission, ApiKey, AuthResult, KeyInfo, NotFound, Reservation
 from quota.rules.audit import AuditLog
 from quota.rules.quotes import Places
 
@@ -39,10 +39,10 @@ class QuotaService(ABC):
 
     def __init__(self, auth_cache_ttl: float) -> None:
         self._auth_ttl = auth_cache_ttl
-        # secret hash -> (when read, the key, its account's cache_scope)
-        self._auth_cache: dict[str, tuple[float, ApiKey | None, str]] = {}
+        # secret hash -> (when read, the key, its account)
+        self._auth_cache: dict[str, tuple[float, ApiKey | None, Account | None]] = {}
         self._last_stamped: dict[str, float] = {}
-        self._cache_scopes: dict[str, str] = {}  # account id -> cache_scope last read
+        self._accounts: dict[str, Account | None] = {}  # account id -> the record last read (its key's terms)
 
     async def authenticate(self, secret: str) -> AuthResult:
         """Looks the secret's SHA-256 up; answers are cached at most `auth_cache_ttl` (<= 1 s)."""
@@ -50,16 +50,16 @@ class QuotaService(ABC):
         now = time.monotonic()
         cached = self._auth_cache.get(digest)
         if cached is not None and now - cached[0] < self._auth_ttl:
-            _, key, cache_scope = cached
+            _, key, account = cached
         else:
             try:
                 key = await self._lookup_key(digest)
-                cache_scope = "account" if key is None else await self._cache_scope(key.account_id)
+                account = None if key is None else await self._account(key.account_id)
             except StoreUnavailable:
                 return AuthResult(False, None, "store_unavailable")
             if len(self._auth_cache) > 100_000:
                 self._auth_cache.clear()
-            self._auth_cache[digest] = (now, key, cache_scope)
+            self._auth_cache[digest] = (now, key, account)
         if key is None:
             return AuthResult(False, None, "unknown")
         if key.revoked_at is not None:
@@ -67,22 +67,22 @@ class QuotaService(ABC):
         if key.expires_at is not None and key.expires_at <= datetime.now(UTC):
             return AuthResult(False, None, "expired")
         await self._stamp_use(key.id, now)
-        return AuthResult(True, KeyInfo.of(key, cache_scope))
+        return AuthResult(True, KeyInfo.of(key, account))
 
-    async def _cache_scope(self, account_id: str) -> str:
-        """The account's cache_scope; while the store is out of reach, the last one read (the default before)."""
+    async def _account(self, account_id: str) -> Account | None:
+        """The key's account (its cache_scope and ceilings); while the store is out of reach, the last one read."""
         if not self.degraded:
             try:
-                scope = (await self.admin.get_account(account_id)).cache_scope
+                account: Account | None = await self.admin.get_account(account_id)
             except NotFound:
-                scope = "account"
-            except Exception:  # an outage: a key the store policy lets through keeps its last known scope
-                logging.getLogger("tidegate.quota").warning("could not read the cache_scope of %s", account_id)
+                account = None
+            except Exception:  # an outage: a key the store policy lets through keeps its account's last terms
+                logging.getLogger("tidegate.quota").warning("could not read the account %s", account_id)
             else:
-                if len(self._cache_scopes) > 100_000:
-                    self._cache_scopes.clear()
-                self._cache_scopes[account_id] = scope
-        return self._cache_scopes.get(account_id, "account")
+                if len(self._accounts) > 100_000:
+                    self._accounts.clear()
+                self._accounts[account_id] = account
+        return self._accounts.get(account_id)
 
     async def _stamp_use(self, key_id: str, now: float) -> None:
         """Records last_used_at at most once a minute per key, so that a busy key costs no write per request."""

@@ -23,7 +23,7 @@ from config import GatewaySettings, Settings
 from config.admin_key import required_admin_key
 from config.backend import BackendSettings
 from gateway.server import drain_seconds
-from tests.deploy.conftest import DEPLOY, ROOT, VARIANTS, Manifests
+from tests.deploy.conftest import DEPLOY, REDIS_PASSWORD, ROOT, VARIANTS, Manifests
 from tidegate.cli import build_parser, settings_from_args
 
 # the oldest Kubernetes minor still commonly run, and the newest the bundled schemas know
@@ -41,9 +41,10 @@ def test_every_rendered_manifest_is_valid_for_kubernetes(manifests: dict[str, Ma
         # strict: a misspelt or misplaced field fails instead of being dropped by the API server
         kubernetes_validate.validate(doc, version, strict=True)
     kinds = sorted(d["kind"] for d in rendered.docs)
-    assert kinds == sorted(["Namespace", "ConfigMap", "Secret", "Deployment", "Deployment", "StatefulSet",
-                            "Service", "Service", "Service", "PodDisruptionBudget", "PodDisruptionBudget",
-                            "HorizontalPodAutoscaler", "HorizontalPodAutoscaler"])
+    assert kinds == sorted(["Namespace", "ConfigMap", "Secret", "Secret", "Deployment", "Deployment",
+                            "StatefulSet", "Service", "Service", "Service", "PodDisruptionBudget",
+                            "PodDisruptionBudget", "HorizontalPodAutoscaler", "HorizontalPodAutoscaler",
+                            "NetworkPolicy"])
 
 
 def test_gateway_starts_from_its_config_map_secret_and_env(manifests: dict[str, Manifests], tmp_path: Path,
@@ -57,6 +58,33 @@ def test_gateway_starts_from_its_config_map_secret_and_env(manifests: dict[str, 
     # the key the Secret mounts passes the gateway's admin key policy, read from where the config points
     assert required_admin_key(settings)
     assert "admin_key" in (DEPLOY / "base" / "secrets" / ".gitignore").read_text().split()
+
+
+def test_redis_requires_the_secrets_password_which_the_gateway_sends_and_only_the_gateway_may_connect(
+        manifests: dict[str, Manifests], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rendered = manifests["base"]
+    settings = gateway_settings(rendered, tmp_path, monkeypatch)
+    assert settings.redis_url is not None and urlsplit(settings.redis_url).password == REDIS_PASSWORD
+    redis = rendered.one("StatefulSet", "tidegate-redis")["spec"]["template"]
+    [container] = redis["spec"]["containers"]
+    env = container_env(rendered, container)
+    assert env["REDIS_PASSWORD"] == env["REDISCLI_AUTH"] == REDIS_PASSWORD
+    script = " ".join(container["command"] + container["args"])
+    assert "requirepass" in script and REDIS_PASSWORD not in script and "$REDIS_PASSWORD" in script
+    assert "redis-cli" in str(container["readinessProbe"])  # authenticates through REDISCLI_AUTH
+    [policy] = rendered.of_kind("NetworkPolicy")
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"].items() <= redis["metadata"]["labels"].items()
+    assert spec["policyTypes"] == ["Ingress"]
+    [rule] = spec["ingress"]
+    [peer] = rule["from"]
+    gateway_labels = rendered.one("Deployment", GATEWAY)["spec"]["template"]["metadata"]["labels"]
+    backend_labels = rendered.one("Deployment", BACKEND)["spec"]["template"]["metadata"]["labels"]
+    assert set(peer) == {"podSelector"} and peer["podSelector"]["matchLabels"].items() <= gateway_labels.items()
+    assert not peer["podSelector"]["matchLabels"].items() <= backend_labels.items()
+    [port] = rule["ports"]
+    assert port_named(container, port["port"]) == 6379
+    assert "redis_password" in (DEPLOY / "base" / "secrets" / ".gitignore").read_text().split()
 
 
 def test_gateway_reaches_redis_and_the_backends_through_their_services(
@@ -196,15 +224,29 @@ def gateway_settings(rendered: Manifests, tmp_path: Path,
     """What the gateway container starts with: its args through the real CLI, its mounted files, its env."""
     container = rendered.container(GATEWAY)
     mounts = mounted_files(rendered, GATEWAY, tmp_path)
-    env = {var["name"]: var["value"] for var in container.get("env", [])}
+    env = container_env(rendered, container)
     for name, value in env.items():
-        assert setting_of(name), f"{name} sets no setting"
-        monkeypatch.setenv(name, value)
+        if not any(f"$({name})" in str(var.get("value")) for var in container["env"]):  # a part of another
+            assert setting_of(name), f"{name} sets no setting"
+            monkeypatch.setenv(name, value)
     argv = [mounts.get(arg, arg) for arg in container["command"][1:] + container["args"]]
     args = parse_exactly(argv)
     settings = settings_from_args(args, "gateway", args.setting_fields).gateway
     assert settings.admin_key_file is not None
     return settings.model_copy(update={"admin_key_file": Path(mounts[str(settings.admin_key_file)])})
+
+
+def container_env(rendered: Manifests, container: dict[str, Any]) -> dict[str, str]:
+    """The container's environment as Kubernetes gives it: Secret references read, $(NAME) references expanded."""
+    env: dict[str, str] = {}
+    for var in container.get("env", []):
+        if "valueFrom" in var:
+            ref = var["valueFrom"]["secretKeyRef"]
+            secret = rendered.one("Secret", ref["name"])  # the generated name, as rendered
+            env[var["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
+        else:
+            env[var["name"]] = re.sub(r"\$\((\w+)\)", lambda m: env[m[1]], var["value"])
+    return env
 
 
 def backend_settings(rendered: Manifests) -> BackendSettings:

@@ -50,6 +50,10 @@ def page(browser: Browser) -> Iterator[Page]:
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    # what the Content-Security-Policy refused (an inline style or script the console needed) shows as a console
+    # error; API errors the tests provoke show as failed loads, not these
+    page.on("console", lambda message: errors.append(message.text)
+            if message.type == "error" and "Content Security Policy" in message.text else None)
     yield page
     context.close()
     assert errors == [], f"the console's script failed: {errors}"

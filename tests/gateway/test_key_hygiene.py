@@ -48,6 +48,15 @@ def test_a_rotated_key_takes_both_secrets_during_the_grace_period_and_only_the_n
     assert revoked.status_code == 400
 
 
+def test_a_second_rotation_without_grace_leaves_no_earlier_secret_working(admin_gateway: AdminGateway) -> None:
+    key = new_key(admin_gateway)
+    first = admin_gateway.call("POST", f"/admin/keys/{key['id']}/rotate", {"grace_seconds": 3600})
+    assert works(admin_gateway, key["key"])
+    second = admin_gateway.call("POST", f"/admin/keys/{key['id']}/rotate", {"grace_seconds": 0})
+    assert not works(admin_gateway, key["key"]) and not works(admin_gateway, first["key"])
+    assert works(admin_gateway, second["key"])
+
+
 def test_an_allowlisted_key_is_refused_from_another_address_with_403_ip_not_allowed(
         admin_gateway: AdminGateway) -> None:
     key = new_key(admin_gateway, allowed_ips=["127.0.0.1", "10.0.0.0/8"])

@@ -48,6 +48,21 @@ async def test_a_rotated_secret_works_until_its_grace_ends_and_a_revocation_ends
         assert (await service.authenticate(secret)).reason == "revoked"
 
 
+async def test_a_rotation_ends_every_earlier_grace_secret(service: QuotaService) -> None:
+    tenant = await make_tenant(service)
+    first = tenant.secrets[0]
+    second = await service.admin.rotate_key(tenant.keys[0].id, grace_seconds=3600)
+    assert (await service.authenticate(first)).ok
+    third = await service.admin.rotate_key(tenant.keys[0].id, grace_seconds=0)
+    for secret in (first, second.secret):  # neither the first rotation's old secret nor the second's lives on
+        assert (await service.authenticate(secret)).reason == "unknown"
+    assert (await service.authenticate(third.secret)).ok
+    fourth = await service.admin.rotate_key(tenant.keys[0].id, grace_seconds=3600)
+    fifth = await service.admin.rotate_key(tenant.keys[0].id, grace_seconds=3600)
+    assert not (await service.authenticate(third.secret)).ok  # only the secret the last rotation replaced
+    assert (await service.authenticate(fourth.secret)).ok and (await service.authenticate(fifth.secret)).ok
+
+
 async def test_last_used_at_is_written_once_a_minute_per_key_not_per_request(service: QuotaService) -> None:
     tenant = await make_tenant(service)  # authenticates once
     first = (await service.admin.get_key(tenant.keys[0].id)).last_used_at

@@ -68,7 +68,8 @@ def test_compose_wiring_agrees_with_the_gateway_config() -> None:
         backend_args = build_parser().parse_args(services[host]["command"][1:])
         assert backend_args.port == int(port) and backend_args.host == "0.0.0.0"
         assert "smollm2" in channel.models
-    assert gateway_args.redis_url.startswith("redis://redis:")
+    redis_url = services["gateway"]["environment"]["TIDEGATE_GATEWAY__REDIS_URL"]  # with the password's variable
+    assert redis_url.startswith("redis://:${TIDEGATE_REDIS_PASSWORD") and redis_url.endswith("@redis:6379/0")
     for name in ("gateway", "backend-1", "backend-2"):
         assert "/health" in " ".join(services[name]["healthcheck"]["test"])
         assert services[name]["restart"] == "unless-stopped"

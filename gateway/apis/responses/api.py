@@ -109,10 +109,11 @@ class ResponseTurn:
         keep = body.get("store", True)
         if not isinstance(keep, bool):
             raise invalid_request("'store' must be a boolean", "store")
-        metadata = body.get("metadata")
-        if metadata is not None and not (isinstance(metadata, dict) and len(metadata) <= 16
-                                         and all(isinstance(v, str) for v in metadata.values())):
-            raise invalid_request("'metadata' must be an object of at most 16 string values", "metadata")
+        stored_fields(body)
+        if keep and await self._store_full(key.account_id, len(raw)):
+            raise ApiError(429, "this account's stored responses have reached their limit: send store: false, or "
+                           "delete stored responses (DELETE /v1/responses/{id})", "insufficient_quota",
+                           "response_storage_full", "store")
         previous = body.get("previous_response_id")
         history: list[dict[str, Any]] = []
         if previous is not None:
@@ -123,6 +124,14 @@ class ResponseTurn:
         self._account_id, self._keep = key.account_id, keep
         self.frame = ResponseFrame(model, body)
         return read(chat, endpoint=Endpoint.chat, classes=classes)
+
+    async def _store_full(self, account_id: str, asked: int) -> bool:
+        """Whether the account's stored responses leave no room for one the size of this request."""
+        try:
+            return await self._store.used(account_id) + asked > self._store.cap
+        except Exception:  # the store is out of reach: storing the answer will fail on its own, not the request
+            log.warning("could not read the stored bytes of account %s", account_id)
+            return False
 
     def error_body(self, error: ApiError) -> dict[str, Any]:
         return error.body()
@@ -160,10 +169,27 @@ class ResponseTurn:
         if not self._keep or response["status"] not in KEPT:
             return
         try:
-            await self._store.put(self.frame.id, StoredResponse(self._account_id, response,
-                                                                [*self._items, *response["output"]]))
+            if not await self._store.put(self.frame.id, StoredResponse(self._account_id, response,
+                                                                       [*self._items, *response["output"]])):
+                response["store"] = False  # past the account's cap: answered, but not kept
+                log.warning("response %s not stored: account %s is at its stored-bytes cap", self.frame.id,
+                            self._account_id)
         except Exception:  # the answer stands; only continuing from it will fail
             log.exception("storing response %s failed", self.frame.id)
+
+
+def stored_fields(body: dict[str, Any]) -> None:
+    """OpenAI's bounds on what is stored with a response: 16 metadata pairs of 64/512 characters, a user of 256."""
+    metadata = body.get("metadata")
+    if metadata is not None and not (isinstance(metadata, dict) and len(metadata) <= 16 and all(
+            isinstance(k, str) and len(k) <= 64 and isinstance(v, str) and len(v) <= 512
+            for k, v in metadata.items())):
+        raise invalid_request("'metadata' must be an object of at most 16 pairs: keys of at most 64 characters, "
+                              "string values of at most 512", "metadata")
+    for name in ("user", "safety_identifier"):
+        value = body.get(name)
+        if value is not None and not (isinstance(value, str) and len(value) <= 256):
+            raise invalid_request(f"'{name}' must be a string of at most 256 characters", name)
 
 
 def _sse(event: Event) -> bytes:

@@ -131,6 +131,8 @@ class SqliteCatalog:
             self._db.execute("UPDATE keys SET secret_hash = ?, body = ? WHERE id = ?",
                              (secret_hash, json.dumps(to_json(key)), key.id))
             self._db.execute("DELETE FROM key_grace WHERE until <= ?", (datetime.now(UTC).timestamp(),))
+            # a rotation ends every earlier grace period: only the secret it replaces may live on
+            self._db.execute("DELETE FROM key_grace WHERE key_id = ?", (key.id,))
             if old is not None and grace_until is not None:
                 self._db.execute("INSERT OR REPLACE INTO key_grace VALUES (?, ?, ?)",
                                  (old[0], key.id, grace_until.timestamp()))

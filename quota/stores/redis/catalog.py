@@ -113,7 +113,9 @@ class RedisCatalog:
         raw = await self._get(rk.auth_key(secret_hash))
         if raw is None:  # a rotated-out secret during its grace period (the pointer expires with it)
             key_id = await self._get(rk.key_grace_key(secret_hash))
-            current = None if key_id is None else await self._get(rk.key_hash_key(key_id))
+            # only the secret the key's last rotation replaced: a later rotation ends every earlier grace
+            latest = None if key_id is None else await self._get(rk.key_last_grace_key(key_id))
+            current = None if latest != secret_hash else await self._get(rk.key_hash_key(str(key_id)))
             raw = None if current is None else await self._get(rk.auth_key(current))
         return None if raw is None else from_json(ApiKey, json.loads(raw))
 
@@ -123,11 +125,13 @@ class RedisCatalog:
         async with multi_record_writes(self._r) as pipe:
             pipe.set(rk.key_hash_key(key.id), secret_hash)
             pipe.set(rk.auth_key(secret_hash), json.dumps(to_json(key)))
+            pipe.delete(rk.key_last_grace_key(key.id))
             if old is not None:
                 pipe.delete(rk.auth_key(old))
                 grace_ms = 0 if grace_until is None else int((grace_until - datetime.now(UTC)).total_seconds() * 1000)
                 if grace_ms > 0:
                     pipe.set(rk.key_grace_key(old), key.id, px=grace_ms)
+                    pipe.set(rk.key_last_grace_key(key.id), old, px=grace_ms)
             await pipe.execute()
 
     async def touch_key(self, key_id: str, when: datetime) -> None:

@@ -85,6 +85,11 @@ def key_grace_key(secret_hash: str) -> str:
     return f"tg:grace:{secret_hash}"
 
 
+def key_last_grace_key(key_id: str) -> str:
+    """The key's one secret still in its grace period: the pointers of earlier rotations no longer count."""
+    return f"tg:key:{key_id}:grace"
+
+
 KEYS_LAST_USED = "tg:keys:last_used"  # key id -> when it last authenticated (ISO 8601)
 
 

@@ -77,7 +77,7 @@ class RedisQuotaService(QuotaService):
         self._settings = settings
         self._r = client
         self._catalog = RedisCatalog(client)
-        self.admin = QuotaAdmin(self._catalog, on_change=self._forget)
+        self.admin = QuotaAdmin(self._catalog, on_change=self._forget, limits=settings.admin_limits)
         self.admin_keys = AdminKeys(self._catalog, self.admin)
         self.audit = AuditLog(self._catalog, settings.audit_retention_days * 86400)
         self._quoter = Quoter(self.admin.get_account, self._catalog.list_prices, settings.auth_cache_ttl, clock)

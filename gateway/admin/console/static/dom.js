@@ -11,6 +11,8 @@ export function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [name, value] of Object.entries(attrs)) {
     if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    // through the CSSOM: the Content-Security-Policy refuses style attributes (no 'unsafe-inline')
+    else if (name === "style") node.style.cssText = value;
     else if (value !== undefined && value !== null) node.setAttribute(name, value);
   }
   for (const child of children.flat()) {
