@@ -129,4 +129,6 @@ class MoneyCounters:
         if budget_field in spent:
             spent[budget_field] = max(spent[budget_field] + delta, 0)
         if balance and level_id in self.balances:
-            self.balances[level_id] -= delta
+            # a cost above the reservation (the prompt was estimated) empties a balance, never overdraws it
+            left = self.balances[level_id] - delta
+            self.balances[level_id] = max(left, 0) if delta > 0 else left

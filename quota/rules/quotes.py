@@ -109,8 +109,7 @@ def refused_unpriced(admission: Admission, quote: Quote) -> Admission:
 
 def settled_cost(reservation: Reservation, *, prompt_tokens: int, cached_tokens: int, completion_tokens: int,
                  channel: str | None) -> int:
-    """The real cost at the prices in force when the request was admitted, never more than was reserved: the
-    prompt is reserved at an estimate, and a balance or budget must not pay for the estimate's error."""
-    cost = request_cost(price_for(reservation.prices, channel), reservation.multiplier, prompt_tokens=prompt_tokens,
+    """The real cost at the prices in force when the request was admitted. It can pass the reservation by the
+    prompt estimate's error; settlement then takes a balance to zero, never below."""
+    return request_cost(price_for(reservation.prices, channel), reservation.multiplier, prompt_tokens=prompt_tokens,
                         cached_tokens=cached_tokens, completion_tokens=completion_tokens)
-    return min(cost, reservation.cost)

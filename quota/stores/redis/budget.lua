@@ -69,5 +69,9 @@ local function money_settle(key, field, delta, balance)
   if field ~= '-' and redis.call('HEXISTS', key, field) == 1 then
     if redis.call('HINCRBY', key, field, delta) < 0 then redis.call('HSET', key, field, 0) end
   end
-  if balance then redis.call('HINCRBY', key, 'balance', -delta) end
+  if balance then
+    -- a cost above the reservation (the prompt was estimated) empties a balance, never overdraws it
+    local left = redis.call('HINCRBY', key, 'balance', -delta)
+    if delta > 0 and left < 0 then redis.call('HSET', key, 'balance', 0) end
+  end
 end
