@@ -202,7 +202,7 @@ class IpRateLimit(BaseModel):
     rpm: int = Field(ge=1)
     per_cidr_v4: int = Field(default=32, ge=1, le=32)  # prefix length: 32 is one address, 24 a /24 block
     per_cidr_v6: int = Field(default=64, ge=1, le=128)
-    # proxies whose X-Forwarded-For is believed (addresses or CIDR blocks)
+    # the older spelling of the gateway's `trusted_proxies`, which it adds to
     trusted_proxies: list[IPvAnyNetwork] = Field(default_factory=list)
 
 
@@ -246,6 +246,9 @@ class GatewaySettings(StoreSettings):
     prices: dict[str, ModelPrice] = Field(default_factory=dict)  # seed prices per public model name
     models_limits: dict[str, ModelLimits] = Field(default_factory=dict)  # per public model name
     ip_rate_limit: IpRateLimit | None = None
+    # proxies whose X-Forwarded-For is believed (addresses or CIDR blocks), for the IP limit, allowed_ips and the
+    # audit alike; none by default, so a client (or any local process) cannot choose the address it is counted as
+    trusted_proxies: list[IPvAnyNetwork] = Field(default_factory=list)
     # public model name -> its targets and fallbacks; a channel's `models` map is the group of names not listed here
     model_groups: dict[str, ModelGroup] = Field(default_factory=dict)
     routing: Routing = Field(default_factory=Routing)  # a model group's own `routing` overrides it
@@ -273,6 +276,10 @@ class GatewaySettings(StoreSettings):
         if self.workers > 1 and not self.redis_url:
             raise ValueError("workers > 1 needs redis_url: the embedded store lives in one process")
         return self
+
+    def all_trusted_proxies(self) -> list[IPvAnyNetwork]:
+        older = self.ip_rate_limit.trusted_proxies if self.ip_rate_limit is not None else []
+        return [*self.trusted_proxies, *older]
 
     def channel_timeouts(self, channel: Channel) -> Timeouts:
         return channel.timeouts or self.timeouts

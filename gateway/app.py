@@ -38,6 +38,7 @@ from gateway.channels.throughput import ThroughputWatch
 from gateway.errors import ApiError
 from gateway.observe.metrics import ChannelLive, GatewayMetrics, LiveState
 from gateway.observe.tracing import setup_tracing
+from gateway.path.client_address import ClientAddressMiddleware
 from gateway.path.ip_limit import IpRateLimitMiddleware
 from gateway.path.priority import PriorityPools
 from gateway.path.proxy import Proxy
@@ -154,6 +155,8 @@ def create_app(settings: GatewaySettings) -> Starlette:
     app.state.connection_guard = guard
     if settings.ip_rate_limit is not None:  # before anything else, so that a flood never reaches auth
         app.add_middleware(IpRateLimitMiddleware, settings=settings.ip_rate_limit)
+    # added last, so it runs first: every reader of scope["client"] sees the one resolved address
+    app.add_middleware(ClientAddressMiddleware, trusted=settings.all_trusted_proxies())
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:

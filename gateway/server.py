@@ -41,5 +41,7 @@ def drain_seconds(settings: GatewaySettings) -> int:
 
 
 def uvicorn_options(settings: GatewaySettings) -> dict[str, Any]:
-    """What every gateway server runs with, in every worker: the guarded HTTP protocol and its keep-alive."""
-    return {"http": GuardedHttpProtocol, "timeout_keep_alive": settings.server.keep_alive_timeout}
+    """What every gateway server runs with, in every worker: the guarded HTTP protocol and its keep-alive, and no
+    proxy headers (uvicorn would believe X-Forwarded-For from loopback): `trusted_proxies` decides, in the app."""
+    return {"http": GuardedHttpProtocol, "timeout_keep_alive": settings.server.keep_alive_timeout,
+            "proxy_headers": False}
