@@ -181,7 +181,8 @@ def supervise(children: list[Child], stop: list[bool], tick: Callable[[], None] 
 def main(args: argparse.Namespace) -> int:
     settings: Settings = args.settings
     data_dir = (args.data_dir or settings.gateway.data_dir).expanduser()
-    (data_dir / "logs").mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # keys, the store and logs: the owner's only
+    (data_dir / "logs").mkdir(mode=0o700, exist_ok=True)
     policy = ScalePolicy(args.replicas, args.schedule, settings.autoscale, settings.backend.max_num_seqs)
     make_replica = partial(backend_child, args, data_dir / "logs")
     backends = [make_replica(i + 1) for i in range(policy.floor(minute_of_day()))]
