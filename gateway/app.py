@@ -20,6 +20,7 @@ from common import openapi
 from common.connection_guard import ConnectionGuard, ConnectionLimits
 from config import GatewaySettings
 from config.admin_key import configured_admin_key
+from config.secret_files import with_channel_keys, with_metrics_token
 from gateway.admin.api import AdminApi
 from gateway.admin.console import console_routes
 from gateway.admin.money import seed_prices
@@ -148,6 +149,7 @@ class Gateway:
 
 def create_app(settings: GatewaySettings) -> Starlette:
     """The app; the store opens and the health checks start when the server starts it (lifespan)."""
+    settings = with_metrics_token(with_channel_keys(settings), generate=False)  # the server made it (server.py)
     app = Starlette(exception_handlers={Exception: _internal_error, HTTPException: _routing_error})
     limits = settings.server
     # read by the server's HTTP protocol (common.connection_guard) for every connection it accepts

@@ -21,6 +21,7 @@ from backend.engine.errors import EngineOverloaded, InvalidGenerateRequest, Queu
 from backend.engine.records import Delta, GenerateRequest
 from backend.engine.structured_output import CompilerBusy, Constraint, ConstraintError, GrammarState
 from backend.server.api_errors import ApiError, internal, invalid, model_not_found, unavailable
+from backend.server.gateway_fields import check_gateway_fields
 from backend.server.logprobs import LogprobsFormatter
 from backend.server.protocol import (
     Endpoint,
@@ -43,6 +44,7 @@ from common.event_stream import (
 )
 from common.request_body import read_body
 from common.request_id import request_id
+from config.secret_files import read_secret
 
 if TYPE_CHECKING:
     from backend.engine.core import Engine
@@ -75,6 +77,8 @@ class OpenAIServing:
         self.metrics = metrics
         self.tracing = tracing
         self.settings = settings
+        token_file = settings.gateway_token_file
+        self.gateway_token = None if token_file is None else read_secret(token_file, "gateway token")
         self.engine: Engine | None = None  # set once the model is loaded and warmed up
         self.generation_defaults: dict[str, Any] = {}  # what a request's omitted sampling fields become
 
@@ -103,6 +107,7 @@ class OpenAIServing:
         raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout,
                               too_large_code="request_too_large")
         req = parse_request(decode_body(raw, settings.max_json_depth), endpoint)
+        check_gateway_fields(req, request.headers, self.gateway_token)
         record.stream = req.stream
         if req.model != self.served_model:
             raise model_not_found(req.model)

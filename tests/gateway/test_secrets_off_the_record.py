@@ -124,3 +124,26 @@ def test_the_embedded_store_is_readable_by_its_owner_only(tmp_path: Path) -> Non
                 assert "others may list it" in gateway.log()
         finally:
             gateway.stop()
+
+
+def test_metrics_need_a_token_generated_at_start_and_name_no_account(tmp_path: Path) -> None:
+    # the attack: anonymous /metrics listed every account id with its token and spend volumes
+    port = free_port()
+    config = tmp_path / "gw.yaml"
+    config.write_text(yaml.safe_dump({"port": port, "data_dir": str(tmp_path / "data")}))
+    gateway = ChildProcess(tidegate_argv("gateway", "--config", str(config)), tmp_path / "gw.log", port,
+                           env={"TIDEGATE_GATEWAY__ADMIN_KEY": ADMIN_KEY})
+    gateway.start()
+    try:
+        admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+        account = httpx.post(f"{gateway.url}/admin/accounts", headers=admin, json={"name": "acme"}).json()["id"]
+        assert httpx.get(f"{gateway.url}/metrics").status_code == 401
+        assert httpx.get(f"{gateway.url}/metrics", headers=admin).status_code == 401  # its own token only
+        token_file = tmp_path / "data" / "metrics_token"
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        scraped = httpx.get(f"{gateway.url}/metrics",
+                            headers={"authorization": f"Bearer {token_file.read_text().strip()}"})
+        assert scraped.status_code == 200 and "tidegate_requests_total" in scraped.text
+        assert account not in scraped.text
+    finally:
+        gateway.stop()
