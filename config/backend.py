@@ -47,6 +47,9 @@ class EngineSettings(BaseModel):
         default=None, description="the draft model for --speculative draft (same tokenizer, smaller)")
     num_speculative_tokens: int = Field(
         default=6, ge=1, le=16, description="most draft tokens verified per sequence and step")
+    grammar_compile_timeout: float = Field(
+        default=10.0, gt=0, le=600, description="seconds a structured-output constraint may take to compile; past "
+        "it the compile is killed and the request answered 400")
 
     @model_validator(mode="after")
     def _draft_needs_a_model(self) -> EngineSettings:
