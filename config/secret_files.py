@@ -27,11 +27,18 @@ def write_secret(path: Path, secret: str) -> None:
 
 def secret_file(path: Path, make: str) -> tuple[str, bool]:
     """The secret kept in `path`, and whether it was created now (from `make`)."""
-    if path.exists():
-        return path.read_text().strip(), False
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    write_secret(path, make)
-    return make, True
+    if not path.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        written = path.with_name(f".{path.name}.{os.getpid()}")
+        write_secret(written, make)
+        try:
+            os.link(written, path)  # all or nothing: of two first starts, one secret wins and both read it
+            return make, True
+        except FileExistsError:
+            pass
+        finally:
+            written.unlink()
+    return path.read_text().strip(), False
 
 
 def read_secret(path: Path, what: str) -> str:
