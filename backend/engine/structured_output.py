@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 COMPILE_TIMEOUT_S = 10.0
 CACHE_SIZE = 256
 COMPILE_WORKERS = 2
-MAX_PENDING = 8  # distinct constraints compiling or queued; beyond it new ones are refused at once
-MAX_PENDING_PER_TENANT = 1  # fewer than COMPILE_WORKERS: one tenant never holds every worker
+MAX_PENDING = 16  # distinct constraints compiling or queued; beyond it new ones are refused at once
+MAX_PENDING_PER_TENANT = 4  # a tenant's compiles queued or running; beyond it its new ones are refused
+# a tenant runs one compile at a time: with two worker processes, one is always left to the other tenants
 
 
 class ConstraintKind(Enum):
@@ -107,8 +108,9 @@ class GrammarCompiler:
     """Compiles constraints for one tokenizer, at most once per tenant and digest, each within a hard deadline.
 
     The cache is per tenant (the request's cache salt; anonymous callers share one): a schema another tenant
-    compiled answers as slowly for you as a new one, so its speed tells nothing. A tenant has at most
-    MAX_PENDING_PER_TENANT compiles pending, so its slow schemas leave the other workers to everyone else."""
+    compiled answers as slowly for you as a new one, so its speed tells nothing. A tenant runs one compile at a
+    time and has at most MAX_PENDING_PER_TENANT pending, so its slow schemas leave the other worker process to
+    everyone else."""
 
     def __init__(self, tokenizer: Tokenizer, *, cache_size: int = CACHE_SIZE,
                  timeout: float = COMPILE_TIMEOUT_S) -> None:
@@ -122,7 +124,10 @@ class GrammarCompiler:
         self._per_tenant: Counter[str] = Counter()
         self._idle: list[CompileChild] = []  # child processes between compiles
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(COMPILE_WORKERS, thread_name_prefix="tidegate-grammar")
+        self._turn = threading.Condition()  # a compile runs once a process is free and its tenant runs no other
+        self._running: set[str] = set()  # the tenants whose compile runs now
+        # a thread per pending compile: waiting for its turn must not hold up other tenants' compiles
+        self._pool = ThreadPoolExecutor(MAX_PENDING, thread_name_prefix="tidegate-grammar")
 
     def state_for(self, constraint: Constraint, tenant: str = "") -> GrammarState:
         """A fresh matcher for `constraint`; raises ConstraintError, CompileTimeout or CompilerBusy. Blocks for
@@ -143,7 +148,7 @@ class GrammarCompiler:
             if future is None and len(self._pending) >= MAX_PENDING:  # slow schemas must not queue up unbounded
                 raise CompilerBusy(f"{len(self._pending)} output constraints are compiling")
             if future is None:  # one compile per tenant and digest, however many requests wait for it
-                future = self._pool.submit(self._compile, constraint)
+                future = self._pool.submit(self._compile, constraint, tenant)
                 self._pending[key] = future
                 self._per_tenant[tenant] += 1
         if started:  # outside the lock: a compile already done runs its callback in this thread
@@ -157,7 +162,18 @@ class GrammarCompiler:
         for child in idle:
             child.kill()
 
-    def _compile(self, constraint: Constraint) -> xgr.CompiledGrammar:
+    def _compile(self, constraint: Constraint, tenant: str) -> xgr.CompiledGrammar:
+        with self._turn:
+            self._turn.wait_for(lambda: len(self._running) < COMPILE_WORKERS and tenant not in self._running)
+            self._running.add(tenant)
+        try:
+            return self._compile_now(constraint)
+        finally:
+            with self._turn:
+                self._running.discard(tenant)
+                self._turn.notify_all()
+
+    def _compile_now(self, constraint: Constraint) -> xgr.CompiledGrammar:
         with self._lock:
             if self._info is None:
                 self._info = tokenizer_info(self._tokenizer)

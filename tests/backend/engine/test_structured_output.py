@@ -17,6 +17,7 @@ from backend.engine.sampling_params import SamplingParams
 from backend.engine.sequence import Sequence
 from backend.engine.structured_output import (
     MAX_PENDING,
+    MAX_PENDING_PER_TENANT,
     CompilerBusy,
     CompileTimeout,
     Constraint,
@@ -122,9 +123,11 @@ def test_compiles_are_capped_per_tenant_and_in_all(loaded_model: LoadedModel) ->
     compiler = GrammarCompiler(loaded_model.tokenizer)
     stuck = threading.Event()
     real_compile = compiler._compile
-    compiler._compile = lambda c: stuck.wait() and real_compile(c)  # type: ignore[method-assign]
+    compiler._compile = lambda c, t: stuck.wait() and real_compile(c, t)  # type: ignore[method-assign]
+    tenants = ["tenant-a"] * MAX_PENDING_PER_TENANT + [f"tenant-{i}" for i in range(MAX_PENDING - MAX_PENDING_PER_TENANT)]
     waiting = [threading.Thread(target=compiler.state_for, args=(
-        Constraint(ConstraintKind.REGEX, f"[a-z]{{{i + 1}}}", "guided_regex"), f"tenant-{i}")) for i in range(MAX_PENDING)]
+        Constraint(ConstraintKind.REGEX, f"[a-z]{{{i + 1}}}", "guided_regex"), tenant))
+        for i, tenant in enumerate(tenants)]
     try:
         for thread in waiting:
             thread.start()
@@ -132,8 +135,8 @@ def test_compiles_are_capped_per_tenant_and_in_all(loaded_model: LoadedModel) ->
         while len(compiler._pending) < MAX_PENDING:
             assert time.monotonic() < deadline
             time.sleep(0.01)
-        with pytest.raises(TenantCompilesBusy):  # tenant-0 has its one compile pending
-            compiler.state_for(Constraint(ConstraintKind.REGEX, "y", "guided_regex"), "tenant-0")
+        with pytest.raises(TenantCompilesBusy):  # tenant-a has its share pending
+            compiler.state_for(Constraint(ConstraintKind.REGEX, "y", "guided_regex"), "tenant-a")
         with pytest.raises(CompilerBusy):  # and nobody gets beyond the bound in all
             compiler.state_for(Constraint(ConstraintKind.REGEX, "x", "guided_regex"), "tenant-new")
     finally:
@@ -143,11 +146,43 @@ def test_compiles_are_capped_per_tenant_and_in_all(loaded_model: LoadedModel) ->
         compiler.close()
 
 
+def test_a_tenant_runs_one_compile_at_a_time_and_leaves_the_other_process(loaded_model: LoadedModel) -> None:
+    compiler = GrammarCompiler(loaded_model.tokenizer)
+    release = threading.Event()
+    running: list[str] = []
+    real_compile_now = compiler._compile_now
+
+    def held(constraint: Constraint) -> Any:
+        running.append(constraint.source)
+        if constraint.source.startswith("a"):
+            release.wait()
+        return real_compile_now(constraint)
+
+    compiler._compile_now = held  # type: ignore[method-assign]
+    floods = [threading.Thread(target=compiler.state_for, args=(
+        Constraint(ConstraintKind.REGEX, f"a{i}", "guided_regex"), "tenant-a")) for i in range(3)]
+    try:
+        for thread in floods:
+            thread.start()
+        deadline = time.monotonic() + 60
+        while not running:  # one of tenant-a's compiles holds a process
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        compiler.state_for(Constraint(ConstraintKind.REGEX, "b", "guided_regex"), "tenant-b")  # not held up
+        assert sum(source.startswith("a") for source in running) == 1  # tenant-a's others wait their turn
+    finally:
+        release.set()
+        for thread in floods:
+            thread.join(60)
+        compiler.close()
+    assert sorted(running) == ["a0", "a1", "a2", "b"]
+
+
 def test_the_compiled_grammar_cache_is_per_tenant(loaded_model: LoadedModel) -> None:
     compiler = GrammarCompiler(loaded_model.tokenizer)
     compiles: list[Constraint] = []
     real_compile = compiler._compile
-    compiler._compile = lambda c: compiles.append(c) or real_compile(c)  # type: ignore[method-assign]
+    compiler._compile = lambda c, t: compiles.append(c) or real_compile(c, t)  # type: ignore[method-assign]
     person = Constraint(ConstraintKind.JSON_SCHEMA, json.dumps(PERSON), "response_format")
     try:
         for tenant in ("salt-a", "salt-a", "salt-b", ""):
