@@ -6,6 +6,7 @@ that is on by default is `--no-...`, without an `enable_` prefix), so a field's 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, model_validator
@@ -46,6 +47,9 @@ class EngineSettings(BaseModel):
         default=None, description="the draft model for --speculative draft (same tokenizer, smaller)")
     num_speculative_tokens: int = Field(
         default=6, ge=1, le=16, description="most draft tokens verified per sequence and step")
+    grammar_compile_timeout: float = Field(
+        default=10.0, gt=0, le=600, description="seconds a structured-output constraint may take to compile; past "
+        "it the compile is killed and the request answered 400")
 
     @model_validator(mode="after")
     def _draft_needs_a_model(self) -> EngineSettings:
@@ -80,6 +84,9 @@ class BackendSettings(EngineSettings):
         default=None, description='JSON object of sampling defaults over those, e.g. \'{"temperature": 0}\'')
     drain_timeout: float = Field(
         default=5.0, gt=0, description="seconds SIGTERM waits for requests in flight before it cuts them")
+    gateway_token_file: Path | None = Field(
+        default=None, description="a file holding the token the gateway sends as its bearer (the channel's "
+        "api_key): only requests with it may set cache_salt and priority; unset, any client may")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     tracing: Tracing = Field(
         default_factory=Tracing, description="spans per request; service name tidegate-backend")

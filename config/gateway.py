@@ -76,6 +76,9 @@ class Channel(BaseModel):
     # public model name -> upstream model name; a list means the same names.
     models: dict[str, str]
     api_key: str | None = Field(default=None, repr=False)
+    # a file holding the api_key (a mounted secret: a tidegate backend's gateway token), read when the gateway
+    # starts (config.secret_files.with_channel_keys); config files only, the admin API refuses it
+    api_key_file: Path | None = None
     # request extras the upstream accepts; the gateway sets them itself and always drops the client's
     extras: set[RequestExtra] = Field(default_factory=lambda: set(REQUEST_EXTRAS))
     weight: float = Field(default=1.0, gt=0)
@@ -116,6 +119,8 @@ class Channel(BaseModel):
 
     @model_validator(mode="after")
     def _kind_fields(self) -> Channel:
+        if self.api_key_file is not None and self.api_key is not None:
+            raise ValueError("set api_key or api_key_file, not both")
         if self.kind == "azure" and self.api_version is None:
             raise ValueError("an azure channel needs api_version (for example 2024-10-21)")
         if self.kind == "openai" and self.api_version is not None:
@@ -202,7 +207,7 @@ class IpRateLimit(BaseModel):
     rpm: int = Field(ge=1)
     per_cidr_v4: int = Field(default=32, ge=1, le=32)  # prefix length: 32 is one address, 24 a /24 block
     per_cidr_v6: int = Field(default=64, ge=1, le=128)
-    # proxies whose X-Forwarded-For is believed (addresses or CIDR blocks)
+    # the older spelling of the gateway's `trusted_proxies`, which it adds to
     trusted_proxies: list[IPvAnyNetwork] = Field(default_factory=list)
 
 
@@ -239,13 +244,23 @@ class GatewaySettings(StoreSettings):
     image_prompt_tokens: int = Field(default=765, ge=0)
     tracing: Tracing = Field(default_factory=Tracing)
     server: ServerLimits = Field(default_factory=ServerLimits)
-    metrics_token: str | None = Field(default=None, min_length=16)  # bearer token /metrics then requires
-    metrics_per_account: bool = True  # token series per account and sub-account; off leaves one per kind
+    # the bearer token /metrics requires: this, or the file's; `tidegate gateway` generates one into
+    # data_dir/metrics_token when neither is set, unless metrics_public opens /metrics to anyone
+    metrics_token: str | None = Field(default=None, min_length=16, repr=False)
+    metrics_token_file: Path | None = None
+    metrics_public: bool = False
+    # the key of the HMAC that turns an account id into its upstream cache_salt; default: a secret generated into
+    # data_dir/cache_salt_secret on first start. Replicas behind one balancer should share it (one cache per tenant)
+    cache_salt_secret_file: Path | None = None
+    metrics_per_account: bool = False  # token and spend series per account and sub-account (ids in /metrics)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")  # ISO 4217 code of every price and budget
     prices: dict[str, ModelPrice] = Field(default_factory=dict)  # seed prices per public model name
     models_limits: dict[str, ModelLimits] = Field(default_factory=dict)  # per public model name
     ip_rate_limit: IpRateLimit | None = None
+    # proxies whose X-Forwarded-For is believed (addresses or CIDR blocks), for the IP limit, allowed_ips and the
+    # audit alike; none by default, so a client (or any local process) cannot choose the address it is counted as
+    trusted_proxies: list[IPvAnyNetwork] = Field(default_factory=list)
     # public model name -> its targets and fallbacks; a channel's `models` map is the group of names not listed here
     model_groups: dict[str, ModelGroup] = Field(default_factory=dict)
     routing: Routing = Field(default_factory=Routing)  # a model group's own `routing` overrides it
@@ -270,9 +285,15 @@ class GatewaySettings(StoreSettings):
             problem = group_problem(name, group, self.model_groups, names, implicit)
             if problem is not None:
                 raise ValueError(f"model_groups.{name}: {problem}")
+        if self.metrics_public and (self.metrics_token or self.metrics_token_file):
+            raise ValueError("metrics_public opens /metrics to anyone: set it or a metrics token, not both")
         if self.workers > 1 and not self.redis_url:
             raise ValueError("workers > 1 needs redis_url: the embedded store lives in one process")
         return self
+
+    def all_trusted_proxies(self) -> list[IPvAnyNetwork]:
+        older = self.ip_rate_limit.trusted_proxies if self.ip_rate_limit is not None else []
+        return [*self.trusted_proxies, *older]
 
     def channel_timeouts(self, channel: Channel) -> Timeouts:
         return channel.timeouts or self.timeouts

@@ -20,6 +20,7 @@ from common import openapi
 from common.connection_guard import ConnectionGuard, ConnectionLimits
 from config import GatewaySettings
 from config.admin_key import configured_admin_key
+from config.secret_files import with_channel_keys, with_metrics_token
 from gateway.admin.api import AdminApi
 from gateway.admin.console import console_routes
 from gateway.admin.money import seed_prices
@@ -38,6 +39,7 @@ from gateway.channels.throughput import ThroughputWatch
 from gateway.errors import ApiError
 from gateway.observe.metrics import ChannelLive, GatewayMetrics, LiveState
 from gateway.observe.tracing import setup_tracing
+from gateway.path.client_address import ClientAddressMiddleware
 from gateway.path.ip_limit import IpRateLimitMiddleware
 from gateway.path.priority import PriorityPools
 from gateway.path.proxy import Proxy
@@ -147,6 +149,7 @@ class Gateway:
 
 def create_app(settings: GatewaySettings) -> Starlette:
     """The app; the store opens and the health checks start when the server starts it (lifespan)."""
+    settings = with_metrics_token(with_channel_keys(settings), generate=False)  # the server made it (server.py)
     app = Starlette(exception_handlers={Exception: _internal_error, HTTPException: _routing_error})
     limits = settings.server
     # read by the server's HTTP protocol (common.connection_guard) for every connection it accepts
@@ -154,6 +157,8 @@ def create_app(settings: GatewaySettings) -> Starlette:
     app.state.connection_guard = guard
     if settings.ip_rate_limit is not None:  # before anything else, so that a flood never reaches auth
         app.add_middleware(IpRateLimitMiddleware, settings=settings.ip_rate_limit)
+    # added last, so it runs first: every reader of scope["client"] sees the one resolved address
+    app.add_middleware(ClientAddressMiddleware, trusted=settings.all_trusted_proxies())
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:

@@ -38,8 +38,7 @@ async def authenticate(quota: QuotaService, request: Request) -> KeyInfo:
 
 
 def client_address(request: Request) -> str | None:
-    """The client's address as the server resolved it: the peer, or X-Forwarded-For when the peer is one of
-    uvicorn's trusted proxies (FORWARDED_ALLOW_IPS, loopback by default)."""
+    """The client's address as resolved once from the peer and `trusted_proxies` (path/client_address.py)."""
     return request.client.host if request.client is not None else None
 
 

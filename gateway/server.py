@@ -12,15 +12,22 @@ import uvicorn
 from common.connection_guard import GuardedHttpProtocol
 from config import GatewaySettings
 from config.admin_key import required_admin_key
+from config.secret_files import with_metrics_token
+from gateway.path.request_extras import salt_secret
 from gateway.worker_settings import settings_for_workers
 
 
 def main(args: argparse.Namespace) -> int:
     settings: GatewaySettings = args.settings.gateway
+    logging.basicConfig(level=settings.log_level.upper(), format="%(message)s")
     # refuses to start (SettingsError: one line, exit 2) without a strong admin key
     admin_key = required_admin_key(settings)
     settings = settings.model_copy(update={"admin_key": admin_key, "admin_key_file": None})
-    logging.basicConfig(level=settings.log_level.upper(), format="%(message)s")
+    salt_secret(settings)  # created here, once, so that worker processes read one secret instead of racing
+    settings = with_metrics_token(settings, generate=True)
+    if settings.metrics_token is None:
+        logging.getLogger("tidegate.gateway").warning("/metrics is public (metrics_public): anyone who reaches "
+                                                      "the port reads its volumes")
     if not settings.channels:
         logging.getLogger("tidegate.gateway").warning("no channels configured: every model answers 404")
     with settings_for_workers(settings):
@@ -41,5 +48,7 @@ def drain_seconds(settings: GatewaySettings) -> int:
 
 
 def uvicorn_options(settings: GatewaySettings) -> dict[str, Any]:
-    """What every gateway server runs with, in every worker: the guarded HTTP protocol and its keep-alive."""
-    return {"http": GuardedHttpProtocol, "timeout_keep_alive": settings.server.keep_alive_timeout}
+    """What every gateway server runs with, in every worker: the guarded HTTP protocol and its keep-alive, and no
+    proxy headers (uvicorn would believe X-Forwarded-For from loopback): `trusted_proxies` decides, in the app."""
+    return {"http": GuardedHttpProtocol, "timeout_keep_alive": settings.server.keep_alive_timeout,
+            "proxy_headers": False}

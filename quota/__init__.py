@@ -32,6 +32,7 @@ from quota.rules.quotes import settled_cost
 from quota.rules.reports import check_granularity, grouped, parse_group_by, report_csv, report_json
 from quota.rules.request_audit import MAX_LISTED
 from quota.rules.unit_cost import unit_costs, unit_costs_by_model
+from quota.stores.embedded.private_db import connect_private
 from quota.stores.embedded.store import DB_NAME
 from quota.stores.open import open_routing_store, open_store
 from quota.stores.redis.client import RedisClient, open_redis
@@ -71,6 +72,7 @@ __all__ = [
     "address_allowed",
     "balance_json",
     "check_granularity",
+    "connect_private",
     "from_micro",
     "grouped",
     "hash_secret",

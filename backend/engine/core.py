@@ -77,7 +77,7 @@ class Engine:
         )
         self.sampler = DraftVerifier(self.tokenizer.eos_token_ids)
         self.speculator = Speculator.build(config, self.pool, loaded.config, dtype)
-        self.grammars = GrammarCompiler(self.tokenizer)
+        self.grammars = GrammarCompiler(self.tokenizer, timeout=config.grammar_compile_timeout)
         self._eos = frozenset(self.tokenizer.eos_token_ids)
         self._lock = threading.Condition()  # guards the scheduler, the pool, _seqs and _outputs
         # Held while outputs are detokenized and delivered, outside _lock; taken before _lock, never after.

@@ -2,24 +2,23 @@
 
 xgrammar over llguidance because its per-step mask fill is cheaper on this vocabulary (docs/benchmarks.md,
 `benchmarks.grammar_mask`); both share the packed int32 bitmask that `backend.executor.sample.token_mask` applies.
-Compiling runs in worker threads with a deadline, never on the step loop, and each constraint is compiled once:
-a bounded LRU keyed by a digest of its kind and source.
+Compiling runs in child processes killed at a hard deadline (grammar_worker.py), never on the step loop, and
+each constraint is compiled once per tenant: a bounded LRU keyed by the tenant and a digest of kind and source.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import re
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
 import xgrammar as xgr
+
+from backend.engine.grammar_worker import CompileChild, CompileDeadline, CompileFailed
 
 if TYPE_CHECKING:
     import torch
@@ -29,9 +28,9 @@ if TYPE_CHECKING:
 COMPILE_TIMEOUT_S = 10.0
 CACHE_SIZE = 256
 COMPILE_WORKERS = 2
-MAX_PENDING = 8  # distinct constraints compiling or queued; beyond it new ones are refused at once
-_ANY_OBJECT = '{"type": "object"}'
-_SOURCE_LOCATION = re.compile(r"^\[[\d:]+\] \S+:\d+: ")  # xgrammar's "[12:00:00] file.cc:94: " prefix
+MAX_PENDING = 16  # distinct constraints compiling or queued; beyond it new ones are refused at once
+MAX_PENDING_PER_TENANT = 4  # a tenant's compiles queued or running; beyond it its new ones are refused
+# a tenant runs one compile at a time: with two worker processes, one is always left to the other tenants
 
 
 class ConstraintKind(Enum):
@@ -67,11 +66,15 @@ class ConstraintError(ValueError):
 
 
 class CompileTimeout(ConstraintError):
-    """Compiling took longer than the deadline; the compile finishes in the background and is cached."""
+    """Compiling took longer than the deadline; the compile was stopped (a 400: the constraint is the problem)."""
 
 
 class CompilerBusy(Exception):
     """Too many distinct constraints are compiling already; the caller should retry later."""
+
+
+class TenantCompilesBusy(CompilerBusy):
+    """This tenant's own compiles fill its share; it should retry once they are done (a 429)."""
 
 
 class GrammarState:
@@ -102,26 +105,37 @@ class GrammarState:
 
 
 class GrammarCompiler:
-    """Compiles constraints for one tokenizer, at most once per digest, within a deadline."""
+    """Compiles constraints for one tokenizer, at most once per tenant and digest, each within a hard deadline.
+
+    The cache is per tenant (the request's cache salt; anonymous callers share one): a schema another tenant
+    compiled answers as slowly for you as a new one, so its speed tells nothing. A tenant runs one compile at a
+    time and has at most MAX_PENDING_PER_TENANT pending, so its slow schemas leave the other worker process to
+    everyone else."""
 
     def __init__(self, tokenizer: Tokenizer, *, cache_size: int = CACHE_SIZE,
                  timeout: float = COMPILE_TIMEOUT_S) -> None:
         self._tokenizer = tokenizer
-        self._compiler: xgr.GrammarCompiler | None = None  # built on first use: engines that never constrain skip it
+        self._info: xgr.TokenizerInfo | None = None  # built on first use: engines that never constrain skip it
+        self._info_json = ""
         self._timeout = timeout
         self._cache_size = cache_size
         self._cache: OrderedDict[str, xgr.CompiledGrammar] = OrderedDict()
         self._pending: dict[str, Future[xgr.CompiledGrammar]] = {}
+        self._per_tenant: Counter[str] = Counter()
+        self._idle: list[CompileChild] = []  # child processes between compiles
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(COMPILE_WORKERS, thread_name_prefix="tidegate-grammar")
+        self._turn = threading.Condition()  # a compile runs once a process is free and its tenant runs no other
+        self._running: set[str] = set()  # the tenants whose compile runs now
+        # a thread per pending compile: waiting for its turn must not hold up other tenants' compiles
+        self._pool = ThreadPoolExecutor(MAX_PENDING, thread_name_prefix="tidegate-grammar")
 
-    def state_for(self, constraint: Constraint) -> GrammarState:
-        """A fresh matcher for `constraint`; raises ConstraintError or CompileTimeout. Blocks up to the
-        deadline: call it off the event loop and off the step loop."""
-        return GrammarState(self.compiled(constraint))
+    def state_for(self, constraint: Constraint, tenant: str = "") -> GrammarState:
+        """A fresh matcher for `constraint`; raises ConstraintError, CompileTimeout or CompilerBusy. Blocks for
+        the compile (and the compiles queued ahead of it): call it off the event loop and off the step loop."""
+        return GrammarState(self.compiled(constraint, tenant))
 
-    def compiled(self, constraint: Constraint) -> xgr.CompiledGrammar:
-        key = constraint.digest
+    def compiled(self, constraint: Constraint, tenant: str = "") -> xgr.CompiledGrammar:
+        key = hashlib.sha256(f"{tenant}\0{constraint.digest}".encode()).hexdigest()
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
@@ -129,60 +143,70 @@ class GrammarCompiler:
                 return hit
             future = self._pending.get(key)
             started = future is None
+            if future is None and self._per_tenant[tenant] >= MAX_PENDING_PER_TENANT:
+                raise TenantCompilesBusy(f"{self._per_tenant[tenant]} of your output constraints are compiling")
             if future is None and len(self._pending) >= MAX_PENDING:  # slow schemas must not queue up unbounded
                 raise CompilerBusy(f"{len(self._pending)} output constraints are compiling")
-            if future is None:  # one compile per digest, however many requests wait for it
-                future = self._pool.submit(self._compile, constraint)
+            if future is None:  # one compile per tenant and digest, however many requests wait for it
+                future = self._pool.submit(self._compile, constraint, tenant)
                 self._pending[key] = future
+                self._per_tenant[tenant] += 1
         if started:  # outside the lock: a compile already done runs its callback in this thread
-            future.add_done_callback(lambda done: self._store(key, done))
-        try:
-            return future.result(timeout=self._timeout)
-        except FutureTimeout:
-            raise CompileTimeout(f"`{constraint.field}` took longer than {self._timeout:g}s to compile",
-                                 constraint.field) from None
+            future.add_done_callback(lambda done: self._store(key, tenant, done))
+        return future.result()  # bounded: each compile ahead of it in the queue ends by its own deadline
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for child in idle:
+            child.kill()
 
-    def _compile(self, constraint: Constraint) -> xgr.CompiledGrammar:
+    def _compile(self, constraint: Constraint, tenant: str) -> xgr.CompiledGrammar:
+        with self._turn:
+            self._turn.wait_for(lambda: len(self._running) < COMPILE_WORKERS and tenant not in self._running)
+            self._running.add(tenant)
         try:
-            with self._lock:
-                if self._compiler is None:
-                    info = tokenizer_info(self._tokenizer)
-                    self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
-            return _compile_with(self._compiler, constraint)
-        except Exception as exc:  # xgrammar raises RuntimeError and ValueError subclasses with the reason
-            lines = str(exc).strip().splitlines()
-            reason = _SOURCE_LOCATION.sub("", lines[0]) if lines else type(exc).__name__
-            raise ConstraintError(f"`{constraint.field}` cannot be compiled: {reason[:300]}",
-                                  constraint.field) from None
+            return self._compile_now(constraint)
+        finally:
+            with self._turn:
+                self._running.discard(tenant)
+                self._turn.notify_all()
 
-    def _store(self, key: str, done: Future[xgr.CompiledGrammar]) -> None:
+    def _compile_now(self, constraint: Constraint) -> xgr.CompiledGrammar:
+        with self._lock:
+            if self._info is None:
+                self._info = tokenizer_info(self._tokenizer)
+                self._info_json = self._info.serialize_json()
+            child = self._idle.pop() if self._idle else None
+        if child is None or not child.alive:
+            child = CompileChild(self._info_json)
+        field = constraint.field
+        try:
+            compiled = child.compile(constraint.kind.value, constraint.source, self._timeout)
+        except CompileDeadline:  # the child was killed: the next compile starts a fresh one
+            raise CompileTimeout(f"`{field}` is too complex to compile within {self._timeout:g}s; simplify it "
+                                 "(fewer properties, alternatives or nested bounds)", field) from None
+        except CompileFailed as exc:
+            raise ConstraintError(f"`{field}` cannot be compiled: {str(exc)[:300]}", field) from None
+        finally:
+            if child.alive:
+                with self._lock:
+                    self._idle.append(child)
+        assert self._info is not None  # set before the first child was started
+        return xgr.CompiledGrammar.deserialize_json(compiled, self._info)
+
+    def _store(self, key: str, tenant: str, done: Future[xgr.CompiledGrammar]) -> None:
         with self._lock:
             self._pending.pop(key, None)
+            self._per_tenant[tenant] -= 1
+            if self._per_tenant[tenant] <= 0:
+                del self._per_tenant[tenant]
             if done.cancelled() or done.exception() is not None:
                 return
             self._cache[key] = done.result()
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
-
-
-def _compile_with(compiler: xgr.GrammarCompiler, constraint: Constraint) -> xgr.CompiledGrammar:
-    kind, source = constraint.kind, constraint.source
-    if kind in (ConstraintKind.JSON_SCHEMA, ConstraintKind.JSON_OBJECT):
-        # Compact JSON: free whitespace lets a small model pad with newlines until max_tokens.
-        # Strict mode (no properties beyond the schema's) for schemas; json_object allows any properties.
-        strict = kind is ConstraintKind.JSON_SCHEMA
-        return compiler.compile_json_schema(source or _ANY_OBJECT, any_whitespace=False, strict_mode=strict)
-    if kind is ConstraintKind.REGEX:
-        return compiler.compile_regex(source)
-    if kind is ConstraintKind.CHOICE:
-        choices: list[str] = json.loads(source)
-        return compiler.compile_grammar("root ::= " + " | ".join(json.dumps(c) for c in choices))
-    if kind is ConstraintKind.STRUCTURAL_TAG:
-        return compiler.compile_structural_tag(source)
-    return compiler.compile_grammar(source)
 
 
 def tokenizer_info(tokenizer: Tokenizer) -> xgr.TokenizerInfo:

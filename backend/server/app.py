@@ -179,6 +179,9 @@ def main(args: argparse.Namespace) -> int:
         log.error("tidegate backend: %s", exc)
         return 1
     backend = BackendServer(settings, model_path, served_model_name(settings, model_path))
+    if settings.gateway_token_file is None and settings.host not in ("127.0.0.1", "::1", "localhost"):
+        log.warning("no --gateway-token-file: any client that reaches %s:%d may set cache_salt and priority",
+                    settings.host, settings.port)
     # the gateway's guarded protocol: a header deadline, a header size cap and a connection cap, at its defaults
     server = uvicorn.Server(uvicorn.Config(backend.app, host=settings.host, port=settings.port,
                                            log_level=settings.log_level, access_log=False, lifespan="on",

@@ -19,8 +19,15 @@ from starlette.responses import JSONResponse, Response
 
 from backend.engine.errors import EngineOverloaded, InvalidGenerateRequest, QueueTimeout
 from backend.engine.records import Delta, GenerateRequest
-from backend.engine.structured_output import CompilerBusy, Constraint, ConstraintError, GrammarState
+from backend.engine.structured_output import (
+    CompilerBusy,
+    Constraint,
+    ConstraintError,
+    GrammarState,
+    TenantCompilesBusy,
+)
 from backend.server.api_errors import ApiError, internal, invalid, model_not_found, unavailable
+from backend.server.gateway_fields import check_gateway_fields
 from backend.server.logprobs import LogprobsFormatter
 from backend.server.protocol import (
     Endpoint,
@@ -41,8 +48,10 @@ from common.event_stream import (
     json_event,
     wait_for_disconnect,
 )
+from common.openai_errors import retry_after_headers
 from common.request_body import read_body
 from common.request_id import request_id
+from config.secret_files import read_secret
 
 if TYPE_CHECKING:
     from backend.engine.core import Engine
@@ -75,6 +84,8 @@ class OpenAIServing:
         self.metrics = metrics
         self.tracing = tracing
         self.settings = settings
+        token_file = settings.gateway_token_file
+        self.gateway_token = None if token_file is None else read_secret(token_file, "gateway token")
         self.engine: Engine | None = None  # set once the model is loaded and warmed up
         self.generation_defaults: dict[str, Any] = {}  # what a request's omitted sampling fields become
 
@@ -103,6 +114,7 @@ class OpenAIServing:
         raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout,
                               too_large_code="request_too_large")
         req = parse_request(decode_body(raw, settings.max_json_depth), endpoint)
+        check_gateway_fields(req, request.headers, self.gateway_token)
         record.stream = req.stream
         if req.model != self.served_model:
             raise model_not_found(req.model)
@@ -125,7 +137,8 @@ class OpenAIServing:
         record.response_id = builder.id
         gen = GenerateRequest(request_id=builder.request_hex, prompt_token_ids=prompt_ids, params=params,
                               priority=req.priority, cache_salt=req.cache_salt, n=req.n,
-                              constraint=await grammar_state(engine, req.output_constraint))
+                              constraint=await grammar_state(engine, req.output_constraint,
+                                                             req.cache_salt or ""))
         record.prompt_tokens = len(prompt_ids)
         deltas = engine.generate(gen)
         try:
@@ -295,14 +308,19 @@ class OpenAIServing:
             self.engine.abort(request_id)
 
 
-async def grammar_state(engine: Engine, constraint: Constraint | None) -> GrammarState | None:
-    """A fresh matcher for the request's constraint, compiled (or found in the cache) off the event loop."""
+async def grammar_state(engine: Engine, constraint: Constraint | None, tenant: str) -> GrammarState | None:
+    """A fresh matcher for the request's constraint, compiled (or found in the tenant's cache) off the event
+    loop; `tenant` is the gateway's cache salt, "" for every caller without one."""
     if constraint is None:
         return None
     try:
-        return await asyncio.to_thread(engine.grammars.state_for, constraint)
+        return await asyncio.to_thread(engine.grammars.state_for, constraint, tenant)
     except ConstraintError as exc:
         raise invalid(str(exc), exc.field) from None
+    except TenantCompilesBusy as exc:
+        raise ApiError(429, f"too many output constraints compiling: {exc}; retry when they are done",
+                       "rate_limit_exceeded", "too_many_compiles", None,
+                       retry_after_headers(COMPILER_RETRY_AFTER)) from None
     except CompilerBusy as exc:
         raise unavailable(f"the server is overloaded: {exc}", COMPILER_RETRY_AFTER, "overloaded") from None
 

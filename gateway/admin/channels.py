@@ -131,6 +131,8 @@ class ChannelAdmin:
 
 
 def _validated(kind: type[M], body: dict[str, Any]) -> M:
+    if body.get("api_key_file") is not None:  # a path on the gateway's disk: its content would go upstream
+        raise invalid_request("api_key_file: for config files only; send api_key")
     try:
         return kind.model_validate(body)
     except ValidationError as exc:

@@ -1,8 +1,7 @@
 """A fixed window of requests per minute per client address block, before authentication.
 
 It guards the auth path (key guessing, floods) at the cost of a dictionary lookup: nothing here reads the store.
-The client is the connection's peer, or, when the peer is a trusted proxy, the rightmost address of
-X-Forwarded-For that is not a trusted proxy (the leftmost entries are whatever the client chose to send).
+The client is `scope["client"]` as `client_address.py` resolved it from `trusted_proxies`.
 """
 
 from __future__ import annotations
@@ -15,8 +14,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from config import IpRateLimit
 from gateway.errors import ApiError, retry_after_headers
+from gateway.path.client_address import IpAddress, parse_address
 
-IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 WINDOW = 60.0
 GUARDED = ("/v1/", "/admin")  # the routes that authenticate; health and metrics stay reachable
 
@@ -27,22 +26,8 @@ class IpWindow:
     def __init__(self, settings: IpRateLimit, clock: Callable[[], float] = time.time) -> None:
         self._settings = settings
         self._clock = clock
-        self._trusted = settings.trusted_proxies
         self._window = -1
         self._counts: dict[str, int] = {}
-
-    def client(self, peer: str | None, forwarded_for: str | None) -> IpAddress | None:
-        address = _parse(peer)
-        if address is None or not forwarded_for or not self._is_trusted(address):
-            return address
-        for entry in reversed(forwarded_for.split(",")):
-            hop = _parse(entry.strip())
-            if hop is None:
-                break  # an unreadable hop: the last trusted proxy is as far as we can believe
-            address = hop
-            if not self._is_trusted(hop):
-                break
-        return address
 
     def block(self, address: IpAddress) -> str:
         prefix = self._settings.per_cidr_v4 if address.version == 4 else self._settings.per_cidr_v6
@@ -60,9 +45,6 @@ class IpWindow:
         self._counts[block] = count
         return None
 
-    def _is_trusted(self, address: IpAddress) -> bool:
-        return any(address in network for network in self._trusted)
-
 
 class IpRateLimitMiddleware:
     def __init__(self, app: ASGIApp, settings: IpRateLimit) -> None:
@@ -74,8 +56,7 @@ class IpRateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         client = scope.get("client")
-        forwarded = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-forwarded-for"), None)
-        address = self.window.client(client[0] if client else None, forwarded)
+        address = parse_address(client[0] if client else None)
         wait = None if address is None else self.window.hit(self.window.block(address))
         if wait is None:
             await self.app(scope, receive, send)
@@ -84,13 +65,3 @@ class IpRateLimitMiddleware:
                          "rate_limit_exceeded", "ip_rate_limit_exceeded", None, retry_after_headers(wait))
         await error.response()(scope, receive, send)
 
-
-def _parse(text: str | None) -> IpAddress | None:
-    if not text:
-        return None
-    try:
-        address = ipaddress.ip_address(text)
-    except ValueError:
-        return None
-    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
-    return mapped or address

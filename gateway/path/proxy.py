@@ -26,7 +26,7 @@ from gateway.path.client_wire import ClientWire
 from gateway.path.exchange import Exchange
 from gateway.path.priority import PriorityPools
 from gateway.path.relay import StreamRelay, outcome_error
-from gateway.path.request_extras import cache_scope_salt, request_extras
+from gateway.path.request_extras import cache_scope_salt, request_extras, salt_secret
 from gateway.path.upstream import Answer, UpstreamClient, UpstreamRequest
 from gateway.path.upstream_answers import client_answer, is_reported
 from gateway.records import Endpoint, OpenAIRequest, Outcome, Usage
@@ -49,6 +49,7 @@ class Proxy:
         self.metrics = metrics
         self.tracing = tracing
         self._renew_interval = max(0.5, settings.lease_ttl / 3)
+        self._salt_secret = salt_secret(settings)
 
     async def serve(self, request: Request, wire: ClientWire) -> Response:
         """One request of any inbound API, served as chat, completions or embeddings and answered in the API's
@@ -71,11 +72,12 @@ class Proxy:
             await exchange.take_slot(pool)
             deadline = exchange.started + self.settings.timeouts.total
             exchange.upstream_started = time.monotonic()
-            exchange.prefix = (self.router.prefix(call.model, call.body, cache_scope_salt(key) or "")
-                               if call.endpoint.generates else None)
+            salt = cache_scope_salt(key, self._salt_secret) or ""
+            exchange.prefix = self.router.prefix(call.model, call.body, salt) if call.endpoint.generates else None
             ask = UpstreamRequest(call.model, call.endpoint.value, call.body, call.stream, deadline, request_id, trace,
-                                  request_extras(key, pool), CapacityAsk(call.model, exchange.estimated_tokens,
-                                                                         request_id, pool.settings.queue_timeout),
+                                  request_extras(key, pool, self._salt_secret),
+                                  CapacityAsk(call.model, exchange.estimated_tokens, request_id,
+                                              pool.settings.queue_timeout),
                                   allowed=key.allows, barred=self._barred(call), streamable=call.endpoint.generates,
                                   prefix=exchange.prefix)
             answer = await self.upstream.call(ask)

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 VARIANTS = ("base", "overlays/gpu")
 REDIS_PASSWORD = "5f0c2a9e7d14b3866a2f0e9d1c7b4a30"  # as `openssl rand -hex 16 | tr -d '\n'` makes one
+TOKENS = ("backend_token", "metrics_token", "cache_salt_secret")  # the tidegate-tokens Secret's files
 
 
 @dataclass(slots=True)
@@ -57,7 +58,9 @@ def render(kustomization: Path) -> Manifests:
 def manifests(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Manifests]:
     """Every variant, rendered from a copy of deploy/ holding a fresh admin key (as a user creates one)."""
     tree = tmp_path_factory.mktemp("deploy") / "deploy"
-    shutil.copytree(DEPLOY, tree, ignore=shutil.ignore_patterns("admin_key", "redis_password"))
+    shutil.copytree(DEPLOY, tree, ignore=shutil.ignore_patterns("admin_key", "redis_password", *TOKENS))
     (tree / "base" / "secrets" / "admin_key").write_text(new_admin_key() + "\n")
     (tree / "base" / "secrets" / "redis_password").write_text(REDIS_PASSWORD)
+    for name in TOKENS:
+        (tree / "base" / "secrets" / name).write_text(new_admin_key() + "\n")
     return {variant: render(tree / variant) for variant in VARIANTS}

@@ -41,7 +41,7 @@ def test_every_rendered_manifest_is_valid_for_kubernetes(manifests: dict[str, Ma
         # strict: a misspelt or misplaced field fails instead of being dropped by the API server
         kubernetes_validate.validate(doc, version, strict=True)
     kinds = sorted(d["kind"] for d in rendered.docs)
-    assert kinds == sorted(["Namespace", "ConfigMap", "Secret", "Secret", "Deployment", "Deployment",
+    assert kinds == sorted(["Namespace", "ConfigMap", "Secret", "Secret", "Secret", "Deployment", "Deployment",
                             "StatefulSet", "Service", "Service", "Service", "PodDisruptionBudget",
                             "PodDisruptionBudget", "HorizontalPodAutoscaler", "HorizontalPodAutoscaler",
                             "NetworkPolicy"])
@@ -102,6 +102,28 @@ def test_gateway_reaches_redis_and_the_backends_through_their_services(
     # while Redis is down, rate limits are divided among as many replicas as the autoscaler may run
     hpa = rendered.one("HorizontalPodAutoscaler", GATEWAY)
     assert settings.gateway_replicas == hpa["spec"]["maxReplicas"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_gateway_and_backends_share_one_token_and_metrics_need_one(
+        manifests: dict[str, Manifests], variant: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rendered = manifests[variant]
+    gateway = gateway_settings(rendered, tmp_path, monkeypatch)
+    (tmp_path / "gateway").mkdir()
+    (tmp_path / "backend").mkdir()
+    gateway_files = mounted_files(rendered, GATEWAY, tmp_path / "gateway")
+    backend_files = mounted_files(rendered, BACKEND, tmp_path / "backend")
+    token_file = backend_settings(rendered).gateway_token_file
+    [channel] = gateway.channels
+    assert token_file is not None and channel.api_key_file is not None
+    token = Path(backend_files[str(token_file)]).read_text()
+    assert token.strip() and Path(gateway_files[str(channel.api_key_file)]).read_text() == token
+    for path in (gateway.metrics_token_file, gateway.cache_salt_secret_file):
+        assert path is not None and Path(gateway_files[str(path)]).read_text().strip()
+    assert not gateway.metrics_public
+    pod = rendered.one("Deployment", BACKEND)["spec"]["template"]["spec"]
+    [tokens] = [v["secret"] for v in pod["volumes"] if "secret" in v]
+    assert tokens["items"] == [{"key": "backend_token", "path": "backend_token"}]  # not the gateway's others
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -32,7 +32,7 @@ def test_the_maximum_cost_counts_every_choice_a_request_asks_for() -> None:
 
 async def test_a_stream_cut_halfway_is_charged_for_what_was_generated(
         upstreams: Start, gateway_for: StartGateway) -> None:
-    gateway = await gateway_for([await upstreams(Fault.cut)])
+    gateway = await gateway_for([await upstreams(Fault.cut)], metrics_per_account=True)
     assert (await gateway.admin.put("/admin/prices/smollm2", json=PRICE)).status_code == 200
     key_id, secret = await gateway.key()
     stream = await gateway.client(secret).chat.completions.create(

@@ -96,3 +96,54 @@ def test_workers_get_no_secret_in_their_environment(tmp_path: Path, redis_server
     finally:
         gateway.stop()
     assert not settings_file.exists()  # removed with the server
+
+
+def test_the_embedded_store_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    # the attack: another local user reads channel api keys and stored conversations from the SQLite file
+    port, fresh, older = free_port(), tmp_path / "fresh", tmp_path / "older"
+    older.mkdir(mode=0o755)
+    (older / "tidegate.sqlite3").touch(mode=0o644)  # as an earlier version (or a lax umask) left it
+    for data_dir in (fresh, older):
+        config = tmp_path / f"{data_dir.name}.yaml"
+        config.write_text(yaml.safe_dump({"port": port, "data_dir": str(data_dir / "store")
+                                          if data_dir is fresh else str(data_dir)}))
+        gateway = ChildProcess(tidegate_argv("gateway", "--config", str(config)), tmp_path / f"{data_dir.name}.log",
+                               port, env={"TIDEGATE_GATEWAY__ADMIN_KEY": ADMIN_KEY})
+        gateway.start()
+        try:
+            admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+            channel = {"name": "c0", "base_url": "http://127.0.0.1:9/v1", "models": ["m"], "api_key": CHANNEL_KEY}
+            assert httpx.post(f"{gateway.url}/admin/channels", headers=admin, json=channel).status_code == 201
+            store = data_dir / "store" if data_dir is fresh else data_dir
+            files = sorted(store.glob("tidegate.sqlite3*"))
+            assert {f.name for f in files} >= {"tidegate.sqlite3", "tidegate.sqlite3-wal", "tidegate.sqlite3-shm"}
+            assert {f.name: stat.S_IMODE(f.stat().st_mode) for f in files} == {f.name: 0o600 for f in files}
+            if data_dir is fresh:
+                assert stat.S_IMODE(store.stat().st_mode) == 0o700
+            else:  # an operator's directory is not changed behind their back, but named at start
+                assert "others may list it" in gateway.log()
+        finally:
+            gateway.stop()
+
+
+def test_metrics_need_a_token_generated_at_start_and_name_no_account(tmp_path: Path) -> None:
+    # the attack: anonymous /metrics listed every account id with its token and spend volumes
+    port = free_port()
+    config = tmp_path / "gw.yaml"
+    config.write_text(yaml.safe_dump({"port": port, "data_dir": str(tmp_path / "data")}))
+    gateway = ChildProcess(tidegate_argv("gateway", "--config", str(config)), tmp_path / "gw.log", port,
+                           env={"TIDEGATE_GATEWAY__ADMIN_KEY": ADMIN_KEY})
+    gateway.start()
+    try:
+        admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+        account = httpx.post(f"{gateway.url}/admin/accounts", headers=admin, json={"name": "acme"}).json()["id"]
+        assert httpx.get(f"{gateway.url}/metrics").status_code == 401
+        assert httpx.get(f"{gateway.url}/metrics", headers=admin).status_code == 401  # its own token only
+        token_file = tmp_path / "data" / "metrics_token"
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        scraped = httpx.get(f"{gateway.url}/metrics",
+                            headers={"authorization": f"Bearer {token_file.read_text().strip()}"})
+        assert scraped.status_code == 200 and "tidegate_requests_total" in scraped.text
+        assert account not in scraped.text
+    finally:
+        gateway.stop()

@@ -28,7 +28,8 @@ def start_gateway(config: dict[str, object], workdir: Path, *flags: str) -> tupl
     """A `tidegate gateway` process from a YAML config, and its URL once healthy."""
     port = free_port()
     path = workdir / f"gateway-{port}.yaml"
-    path.write_text(yaml.safe_dump(config))
+    # its own data dir: the generated metrics token and cache-salt secret stay out of the user's
+    path.write_text(yaml.safe_dump({"data_dir": str(workdir / "data"), **config}))
     proc = subprocess.Popen([sys.executable, "-m", "tidegate.cli", "gateway", "--config", str(path),
                              "--port", str(port), *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"

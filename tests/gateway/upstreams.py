@@ -58,6 +58,7 @@ class MockUpstream:
     prompt_served: int = 0  # token counters its /metrics shows
     generated: int = 0
     seen_bodies: list[dict[str, Any]] = field(default_factory=list)
+    seen_headers: list[dict[str, str]] = field(default_factory=list)
     _server: uvicorn.Server | None = None
     _task: asyncio.Task[None] | None = None
 
@@ -105,6 +106,7 @@ class MockUpstream:
         self.attempts += 1
         body = await request.json()
         self.seen_bodies.append(body)
+        self.seen_headers.append(dict(request.headers))
         if self.fault is Fault.error_500:
             return JSONResponse({"error": {"message": "boom", "type": "server_error"}}, status_code=500)
         if self.fault is Fault.rate_limited:

@@ -12,6 +12,7 @@ import yaml
 from tests.servers import ChildProcess, backend_argv, free_port, tidegate_argv
 
 ADMIN_KEY = "reliability-admin-1a6f4c8e2d9b7305e4c1a8f6"  # 32+ characters, as the gateway requires
+METRICS_TOKEN = "reliability-metrics-5b2e8c1d7a4f"
 
 Process = ChildProcess  # the name these tests know it by
 
@@ -34,6 +35,7 @@ class GatewayProcess(ChildProcess):
         port = free_port()
         config: dict[str, Any] = {
             "admin_key": ADMIN_KEY, "data_dir": str(tmp_path / "gateway-data"), "port": port,
+            "metrics_token": METRICS_TOKEN,
             "health_check_interval": 0.5,
             "channels": [{"name": f"c{i}", "base_url": url, "models": ["smollm2"],
                           "max_concurrency": channel_max_concurrency} for i, url in enumerate(upstream_urls)],
@@ -62,7 +64,8 @@ class GatewayProcess(ChildProcess):
             return str(key.json()["id"]), str(key.json()["key"])
 
     def metrics(self) -> str:
-        return httpx.get(f"{self.url}/metrics", timeout=10).text
+        return httpx.get(f"{self.url}/metrics", timeout=10,
+                         headers={"authorization": f"Bearer {METRICS_TOKEN}"}).text
 
 
 def metric_value(text: str, name: str, **labels: str) -> float:

@@ -15,14 +15,15 @@ REPLICA_PREFIX = "backend-"  # the channels `tidegate up` owns in the store
 
 
 class ReplicaChannels:
-    def __init__(self, gateway_url: str, admin_key: str, served_model: str):
+    def __init__(self, gateway_url: str, admin_key: str, served_model: str, backend_token: str | None = None):
         self._url = gateway_url
         self._admin = {"Authorization": f"Bearer {admin_key}"}
         self._served = served_model
+        self._token = backend_token  # the replicas' gateway token, sent as each channel's api_key
 
     def register(self, name: str, replica_url: str) -> None:
         """Adds the channel, or points an existing one at this replica (the store keeps channels across runs)."""
-        fields = {"base_url": f"{replica_url}/v1", "models": [self._served]}
+        fields = {"base_url": f"{replica_url}/v1", "models": [self._served], "api_key": self._token}
         created = httpx.post(f"{self._url}/admin/channels", headers=self._admin, json={"name": name, **fields},
                              timeout=10)
         if created.status_code == 409:

@@ -24,6 +24,7 @@ import httpx
 import yaml
 
 from config import Settings
+from config.secret_files import new_token
 from tidegate.stack.autoscale import ScalePolicy
 from tidegate.stack.elastic import ElasticReplicas, minute_of_day
 from tidegate.stack.processes import Child
@@ -31,6 +32,7 @@ from tidegate.stack.replica_channels import REPLICA_PREFIX, ReplicaChannels
 from tidegate.stack.secret_files import new_admin_key, secret_file, write_secret
 
 BACKOFF_MAX = 30.0
+BACKEND_TOKEN_FILE = "backend_token"  # the gateway's bearer to its replicas: only it may set cache_salt, priority
 STABLE_AFTER = 60.0  # a child that has lived this long gets its backoff reset
 
 
@@ -94,7 +96,7 @@ def backend_child(args: argparse.Namespace, logs: Path, index: int) -> Child:
     # share of the most replicas there may be
     threads = max(1, (os.cpu_count() or 1) // args.replicas.max)
     argv = _tidegate("backend", "--model", args.model, "--host", "127.0.0.1", "--port", str(port),
-                     "--threads", str(threads))
+                     "--threads", str(threads), "--gateway-token-file", str(logs.parent / BACKEND_TOKEN_FILE))
     if args.model == "smollm2":
         argv += ["--served-model-name", "smollm2"]
     return Child(f"{REPLICA_PREFIX}{index}", argv, f"http://127.0.0.1:{port}/health", logs / f"backend-{index}.log")
@@ -181,9 +183,11 @@ def supervise(children: list[Child], stop: list[bool], tick: Callable[[], None] 
 def main(args: argparse.Namespace) -> int:
     settings: Settings = args.settings
     data_dir = (args.data_dir or settings.gateway.data_dir).expanduser()
-    (data_dir / "logs").mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # keys, the store and logs: the owner's only
+    (data_dir / "logs").mkdir(mode=0o700, exist_ok=True)
     policy = ScalePolicy(args.replicas, args.schedule, settings.autoscale, settings.backend.max_num_seqs)
     make_replica = partial(backend_child, args, data_dir / "logs")
+    backend_token = secret_file(data_dir / BACKEND_TOKEN_FILE, new_token())[0]
     backends = [make_replica(i + 1) for i in range(policy.floor(minute_of_day()))]
     gateway, admin_key, admin_key_created = build_gateway(args, data_dir)
     everyone = [*backends, gateway]  # the supervised children; an elastic stack adds and removes replicas
@@ -203,7 +207,7 @@ def main(args: argparse.Namespace) -> int:
         _wait_healthy([gateway], timeout=60)
         url = f"http://{args.host}:{args.port}"
         served = "smollm2" if args.model == "smollm2" else Path(args.model).stem
-        channels = ReplicaChannels(url, admin_key, served)
+        channels = ReplicaChannels(url, admin_key, served, backend_token)
         for child in backends:
             channels.register(child.name, child.url)
         channels.drain_all_but(child.name for child in backends)

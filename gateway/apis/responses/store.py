@@ -9,7 +9,6 @@ account may keep at most `responses_max_stored_bytes_per_account`: a response pa
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from config import GatewaySettings
-from quota import DB_NAME, RedisClient
+from quota import DB_NAME, RedisClient, connect_private
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (id TEXT PRIMARY KEY, body TEXT NOT NULL, expires REAL NOT NULL,
@@ -127,9 +126,7 @@ def _account_key(account_id: str) -> str:
 
 class SqliteResponses:
     def __init__(self, path: Path, ttl: int, cap: int = DEFAULT_CAP) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db = connect_private(path)
         self._db.executescript(SCHEMA)
         columns = {str(r[1]) for r in self._db.execute("PRAGMA table_info(responses)").fetchall()}
         for column in ("account_id TEXT NOT NULL DEFAULT ''", "size INTEGER NOT NULL DEFAULT 0"):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +16,7 @@ from quota.rules.audit import AuditQuery
 from quota.rules.balance import JOURNAL_SHOWN, BalanceEntry
 from quota.rules.calendar import month_days
 from quota.rules.request_audit import AuditRecord
+from quota.stores.embedded.private_db import connect_private
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS accounts (id TEXT PRIMARY KEY, body TEXT NOT NULL);
@@ -58,9 +58,7 @@ class SqliteCatalog:
     """One connection guarded by a lock: writes are tiny and the ledger write must not interleave."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db = connect_private(path)
         self._db.execute("PRAGMA synchronous=NORMAL")
         columns = [str(r[1]) for r in self._db.execute("PRAGMA table_info(usage)").fetchall()]
         if columns and "cost" not in columns:

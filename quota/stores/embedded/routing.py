@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 from pathlib import Path
 
+from quota.stores.embedded.private_db import connect_private
 from quota.stores.routing_store import Record, RoutingSnapshot
 
 SCHEMA = """
@@ -21,9 +21,7 @@ class SqliteRouting:
     """Writes are rare and tiny; each one is a transaction that also bumps the version."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db = connect_private(path)
         self._db.executescript(SCHEMA)
         self._lock = threading.Lock()
 

@@ -17,12 +17,14 @@ from backend.engine.sampling_params import SamplingParams
 from backend.engine.sequence import Sequence
 from backend.engine.structured_output import (
     MAX_PENDING,
+    MAX_PENDING_PER_TENANT,
     CompilerBusy,
     CompileTimeout,
     Constraint,
     ConstraintError,
     ConstraintKind,
     GrammarCompiler,
+    TenantCompilesBusy,
 )
 from backend.executor.sample.token_mask import apply_token_constraints
 from backend.loading.loader import LoadedModel
@@ -94,31 +96,100 @@ def test_a_schema_that_cannot_compile_names_its_field(grammars: Any) -> None:
     assert "bogus" in str(caught.value)
 
 
-def test_a_slow_compile_is_refused_within_its_deadline(loaded_model: LoadedModel) -> None:
-    compiler = GrammarCompiler(loaded_model.tokenizer, timeout=0.0)
-    started = time.monotonic()
+def slow_schema(properties: int, seed: int = 0) -> dict[str, Any]:
+    """A schema that is small as text but slow to compile: each property's pattern becomes its own automaton
+    (120 properties: 13 kB, about 18 s on one core of the CI machine)."""
+    props = {f"p{seed}_{k}": {"type": "string", "pattern": f"^[a-z]{{{k % 7 + 1},{k % 11 + 20}}}[0-9]{{2,9}}$"}
+             for k in range(properties)}
+    return {"type": "object", "properties": props, "required": list(props)}
+
+
+def test_a_compile_past_its_deadline_is_killed_and_refused(loaded_model: LoadedModel) -> None:
+    compiler = GrammarCompiler(loaded_model.tokenizer, timeout=1.0)
     try:
-        with pytest.raises(CompileTimeout):
-            compiler.state_for(Constraint(ConstraintKind.JSON_SCHEMA, json.dumps(PERSON), "response_format"))
+        compiler.state_for(YES_NO)  # starts the child process, whose start is not part of any deadline
+        started = time.monotonic()
+        with pytest.raises(CompileTimeout) as refused:
+            compiler.state_for(Constraint(ConstraintKind.JSON_SCHEMA, json.dumps(slow_schema(120)), "response_format"))
+        assert time.monotonic() - started < 5.0  # the deadline, not the 18 s the compile would take
+        assert "too complex to compile within 1s" in str(refused.value)
+        assert compiler._idle == []  # its child was killed, not left compiling
+        assert compiler.state_for(Constraint(ConstraintKind.REGEX, "[0-9]{3}", "guided_regex"))  # a fresh child
     finally:
         compiler.close()
-    assert time.monotonic() - started < 1.0
 
 
-def test_distinct_constraints_beyond_the_pending_bound_are_refused_at_once(loaded_model: LoadedModel) -> None:
-    compiler = GrammarCompiler(loaded_model.tokenizer, timeout=0.0)
+def test_compiles_are_capped_per_tenant_and_in_all(loaded_model: LoadedModel) -> None:
+    compiler = GrammarCompiler(loaded_model.tokenizer)
     stuck = threading.Event()
     real_compile = compiler._compile
-    compiler._compile = lambda c: stuck.wait() and real_compile(c)  # type: ignore[method-assign]
+    compiler._compile = lambda c, t: stuck.wait() and real_compile(c, t)  # type: ignore[method-assign]
+    tenants = ["tenant-a"] * MAX_PENDING_PER_TENANT + [f"tenant-{i}" for i in range(MAX_PENDING - MAX_PENDING_PER_TENANT)]
+    waiting = [threading.Thread(target=compiler.state_for, args=(
+        Constraint(ConstraintKind.REGEX, f"[a-z]{{{i + 1}}}", "guided_regex"), tenant))
+        for i, tenant in enumerate(tenants)]
     try:
-        for i in range(MAX_PENDING):  # each times out at once and stays pending
-            with pytest.raises(CompileTimeout):
-                compiler.state_for(Constraint(ConstraintKind.REGEX, f"[a-z]{{{i + 1}}}", "guided_regex"))
-        with pytest.raises(CompilerBusy):
-            compiler.state_for(Constraint(ConstraintKind.REGEX, "x", "guided_regex"))
+        for thread in waiting:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while len(compiler._pending) < MAX_PENDING:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        with pytest.raises(TenantCompilesBusy):  # tenant-a has its share pending
+            compiler.state_for(Constraint(ConstraintKind.REGEX, "y", "guided_regex"), "tenant-a")
+        with pytest.raises(CompilerBusy):  # and nobody gets beyond the bound in all
+            compiler.state_for(Constraint(ConstraintKind.REGEX, "x", "guided_regex"), "tenant-new")
     finally:
         stuck.set()
+        for thread in waiting:
+            thread.join(60)
         compiler.close()
+
+
+def test_a_tenant_runs_one_compile_at_a_time_and_leaves_the_other_process(loaded_model: LoadedModel) -> None:
+    compiler = GrammarCompiler(loaded_model.tokenizer)
+    release = threading.Event()
+    running: list[str] = []
+    real_compile_now = compiler._compile_now
+
+    def held(constraint: Constraint) -> Any:
+        running.append(constraint.source)
+        if constraint.source.startswith("a"):
+            release.wait()
+        return real_compile_now(constraint)
+
+    compiler._compile_now = held  # type: ignore[method-assign]
+    floods = [threading.Thread(target=compiler.state_for, args=(
+        Constraint(ConstraintKind.REGEX, f"a{i}", "guided_regex"), "tenant-a")) for i in range(3)]
+    try:
+        for thread in floods:
+            thread.start()
+        deadline = time.monotonic() + 60
+        while not running:  # one of tenant-a's compiles holds a process
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        compiler.state_for(Constraint(ConstraintKind.REGEX, "b", "guided_regex"), "tenant-b")  # not held up
+        assert sum(source.startswith("a") for source in running) == 1  # tenant-a's others wait their turn
+    finally:
+        release.set()
+        for thread in floods:
+            thread.join(60)
+        compiler.close()
+    assert sorted(running) == ["a0", "a1", "a2", "b"]
+
+
+def test_the_compiled_grammar_cache_is_per_tenant(loaded_model: LoadedModel) -> None:
+    compiler = GrammarCompiler(loaded_model.tokenizer)
+    compiles: list[Constraint] = []
+    real_compile = compiler._compile
+    compiler._compile = lambda c, t: compiles.append(c) or real_compile(c, t)  # type: ignore[method-assign]
+    person = Constraint(ConstraintKind.JSON_SCHEMA, json.dumps(PERSON), "response_format")
+    try:
+        for tenant in ("salt-a", "salt-a", "salt-b", ""):
+            compiler.state_for(person, tenant)
+    finally:
+        compiler.close()
+    assert len(compiles) == 3  # tenant B's first use compiles anew: how fast it answers tells nothing of A
 
 
 def test_constrained_generation_follows_the_schema_and_stops(make_engine: Any) -> None:

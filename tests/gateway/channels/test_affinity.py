@@ -120,13 +120,14 @@ def test_two_tenants_with_the_same_prompt_share_no_chain_and_no_cache_salt() -> 
     served_a = route_and_serve(router, chat(3), "salt-a")
     assert router.affinity.chains.depths(b, {served_a.name}) == {}  # B is never steered to A's cached copy
 
-    def key(key_id: str, account: str, scope: str) -> KeyInfo:
-        return KeyInfo(key_id, "", account, None, None, None, datetime.now(UTC), None, scope)
+    def salt(key_id: str, account: str, scope: str, secret: bytes = b"gateway-secret") -> str | None:
+        return cache_scope_salt(KeyInfo(key_id, "", account, None, None, None, datetime.now(UTC), None, scope), secret)
 
-    assert cache_scope_salt(key("k1", "acct-a", "account")) == cache_scope_salt(key("k2", "acct-a", "account"))
-    assert cache_scope_salt(key("k1", "acct-a", "account")) != cache_scope_salt(key("k3", "acct-b", "account"))
-    assert cache_scope_salt(key("k1", "acct-a", "key")) != cache_scope_salt(key("k2", "acct-a", "key"))
-    assert cache_scope_salt(key("k1", "acct-a", "shared")) is None
+    assert salt("k1", "acct-a", "account") == salt("k2", "acct-a", "account")
+    assert salt("k1", "acct-a", "account") != salt("k3", "acct-b", "account")
+    assert salt("k1", "acct-a", "key") != salt("k2", "acct-a", "key")
+    assert salt("k1", "acct-a", "shared") is None
+    assert salt("k1", "acct-a", "account") != salt("k1", "acct-a", "account", b"another-gateway")  # keyed
 
 
 def test_the_learned_map_is_bounded_and_forgets_what_was_not_served_for_its_ttl() -> None:

@@ -28,7 +28,8 @@ async def test_counters_and_gauges_after_a_scripted_mix(upstreams: Start, gatewa
     good, bad = await upstreams(), await upstreams(Fault.error_500)
     channels = [{"name": "good", "base_url": good.base_url, "models": ["smollm2"]},
                 {"name": "bad", "base_url": bad.base_url, "models": ["flaky"]}]
-    gateway = await gateway_for([good, bad], channels=channels, retries={"max_attempts": 2, "backoff_base": 0.0},
+    gateway = await gateway_for([good, bad], channels=channels, metrics_per_account=True,
+                                retries={"max_attempts": 2, "backoff_base": 0.0},
                                 breaker={"consecutive_failures": 2, "cooldown": 60.0})
     acme = await gateway.account({"rpm": 100})
     team = await gateway.sub_account(acme, {"rpm": 3})

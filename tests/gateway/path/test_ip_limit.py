@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from config import IpRateLimit
+from gateway.path.client_address import resolve_client
 from gateway.path.ip_limit import IpWindow
 from tests.gateway.harness import GatewayHarness
 from tests.gateway.upstreams import MockUpstream
@@ -35,7 +36,7 @@ clock = [600.0]
     ("::ffff:10.0.0.2", "2001:db8::1", "2001:db8::1"),
 ])
 def test_the_client_is_the_rightmost_untrusted_hop(peer: str, forwarded: str, client: str) -> None:
-    found = window(trusted_proxies=["10.0.0.0/8"]).client(peer, forwarded)
+    found = resolve_client(peer, forwarded, [ipaddress.ip_network("10.0.0.0/8")])
     assert found == ipaddress.ip_address(client)
 
 
@@ -64,3 +65,17 @@ async def test_the_limit_refuses_before_any_key_lookup(upstreams: Start, gateway
         assert (await raw.get("/health")).status_code == 200  # health and metrics are not counted
         behind_proxy = await raw.post("/v1/chat/completions", json={}, headers={"x-forwarded-for": "198.51.100.4"})
         assert behind_proxy.status_code == 401  # another client behind the trusted proxy has its own window
+
+
+async def test_a_forwarded_header_from_loopback_is_not_believed_by_default(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    # the attack: a local process spoofs X-Forwarded-For to get a fresh IP window per request and to pass a key's
+    # allowed_ips, and the audit records the address it chose
+    gateway = await gateway_for([await upstreams()], ip_rate_limit={"rpm": 4})  # two go to the admin calls
+    _, secret = await gateway.key(allowed_ips=["198.51.100.0/24"])
+    async with httpx.AsyncClient(base_url=gateway.url, headers={"authorization": f"Bearer {secret}"}) as raw:
+        answers = [await raw.post("/v1/chat/completions", json={"model": "smollm2", "messages": MESSAGES},
+                                  headers={"x-forwarded-for": f"198.51.100.{i}"}) for i in range(3)]
+    assert [a.status_code for a in answers[:2]] == [403, 403]  # the key's allowlist sees the real peer
+    assert answers[0].json()["error"]["code"] == "ip_not_allowed"
+    assert answers[2].status_code == 429  # one window for the one real address
