@@ -28,6 +28,7 @@ from backend.engine.engine_config import EngineConfig
 from backend.engine.host import freeze_loaded_objects
 from backend.engine.records import GenerateRequest
 from backend.engine.sampling_params import SamplingParams
+from backend.executor.model.config import UnsupportedModelError
 from backend.loading.generation_config import generation_defaults
 from backend.loading.model_cache import MODELS, ModelCacheError, resolve
 from backend.server.api_errors import ApiError
@@ -144,7 +145,10 @@ class BackendServer:
             await self._warm_up(self.engine)
             freeze_loaded_objects()
         except Exception as exc:
-            log.exception("loading %s failed", self.model_path)
+            if isinstance(exc, UnsupportedModelError):  # the file's, not a bug: one line that names it, no traceback
+                log.error("cannot serve %s: %s", self.model_path, exc)
+            else:
+                log.exception("loading %s failed", self.model_path)
             self.load_error = f"{type(exc).__name__}: {exc}"
             if self.on_fatal is not None:
                 self.on_fatal()

@@ -15,7 +15,9 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import gguf
 import httpx
+import numpy as np
 import openai
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -471,6 +473,24 @@ def test_a_model_that_cannot_load_ends_the_process_with_status_1(tmp_path: Path)
                            str(free_port())], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert "loading" in done.stderr and "broken.gguf" in done.stderr
+
+
+def test_an_unsupported_architecture_is_refused_at_start_in_one_line_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "mamba.gguf"
+    writer = gguf.GGUFWriter(str(path), "mamba")
+    writer.add_block_count(1)
+    writer.add_embedding_length(8)
+    writer.add_tensor("token_embd.weight", np.zeros((16, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    done = subprocess.run([sys.executable, "-m", "tidegate", "backend", "--model", str(path), "--port",
+                           str(free_port())], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    refusals = [line for line in done.stderr.splitlines() if "unsupported architecture 'mamba'" in line]
+    assert len(refusals) == 1 and "mamba.gguf" in refusals[0]
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize("model, flag, expected", [("smollm2", None, "smollm2"), ("smollm2", "mine", "mine"),
