@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
@@ -18,6 +19,7 @@ from backend.executor.model.config import SUPPORTED_ARCHITECTURES, ModelConfig, 
 from backend.executor.model.families import FAMILIES as MODEL_CLASSES
 from backend.loading.gguf_weights import tensor_support
 from backend.loading.loader import load_model
+from tests.backend.backend_process import BackendProcess
 from tests.backend.family_models import FAMILIES, build, hf_greedy, write_family_gguf
 from tests.backend.model_harness import paged_greedy, prefill_logits
 
@@ -87,6 +89,30 @@ def test_engine_serves_with_prefix_cache_and_speculation(family: dict[str, Any])
         engine.shutdown()
     assert first.token_ids == again.token_ids == family["reference"][1]
     assert again.cached_tokens > 0
+
+
+def test_one_request_through_the_openai_api(family: dict[str, Any], tmp_path: Path) -> None:
+    path = write_family_gguf(family["spec"], family["hf"], tmp_path / f"{family['spec'].name}.gguf")
+    prompt = load_model(path).tokenizer.decode(PROMPTS[2])  # ASCII: ids below 94 are the printable bytes
+    backend = BackendProcess(path, tmp_path / "server.log").launch()
+    try:
+        backend.wait_ready()
+        client = openai.OpenAI(base_url=backend.base_url, api_key="unused", max_retries=0)
+        answer = client.completions.create(model="smollm2", prompt=prompt, max_tokens=NEW_TOKENS,
+                                           temperature=0, extra_body={"ignore_eos": True})
+    finally:
+        backend.stop()
+    # the engine's own detokenized text for transformers' tokens (random weights make invalid UTF-8 likely)
+    engine = Engine(EngineConfig(model_path=path, threads=1, kv_cache_memory=4 * 1024 * 1024), loaded=load_model(path))
+    try:
+        [offline] = engine.generate_offline([PROMPTS[2]], SamplingParams(max_tokens=NEW_TOKENS, min_tokens=NEW_TOKENS,
+                                                                         temperature=0.0))
+    finally:
+        engine.shutdown()
+    assert offline.token_ids == family["reference"][2]
+    assert answer.usage is not None
+    assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (len(PROMPTS[2]), NEW_TOKENS)
+    assert answer.choices[0].text == offline.text
 
 
 @pytest.mark.parametrize(("config", "named"), [
