@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable
+from typing import TypeVar
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -31,6 +32,8 @@ from gateway.path.upstream import Answer, UpstreamClient, UpstreamRequest
 from gateway.path.upstream_answers import client_answer, is_reported
 from gateway.records import Endpoint, OpenAIRequest, Outcome, Usage
 from quota import KeyInfo, QuotaService
+
+T = TypeVar("T")
 
 # which public model answered: the one asked for, or a fallback of its group; absent when no upstream answered
 SERVED_MODEL = "x-tidegate-served-model"
@@ -69,7 +72,8 @@ class Proxy:
             self._check_model(key, call)
             headers = await self._admit(exchange, key, call, request_id)
             pool = self.pools.choose(key.priority_class, call.priority_class, key.class_ceiling)
-            await exchange.take_slot(pool)
+            # a client that leaves while queued or waiting for the first token frees its slot and the upstream now
+            await _before_disconnect(exchange.take_slot(pool), request.receive)
             deadline = exchange.started + self.settings.timeouts.total
             exchange.upstream_started = time.monotonic()
             salt = cache_scope_salt(key, self._salt_secret) or ""
@@ -80,8 +84,11 @@ class Proxy:
                                               pool.settings.queue_timeout),
                                   allowed=key.allows, barred=self._barred(call), streamable=call.endpoint.generates,
                                   prefix=exchange.prefix)
-            answer = await self.upstream.call(ask)
+            answer = await _before_disconnect(self.upstream.call(ask), request.receive)
             exchange.hold_capacity(answer.capacity, self.upstream.release_capacity)
+        except ClientLeft:
+            await exchange.end(499, Outcome.disconnected.value, _accepted(exchange, ask))
+            return Response(status_code=499)  # nobody is there to read it
         except ApiError as error:
             await exchange.end(error.status, "refused" if error.status < 500 else "failed", _accepted(exchange, ask))
             return _error_response(wire, error, headers={"x-request-id": request_id})
@@ -218,8 +225,12 @@ def _error_response(wire: ClientWire, error: ApiError, headers: dict[str, str]) 
     return JSONResponse(wire.error_body(error), error.status, {**headers, **error.headers})
 
 
-async def _unless_disconnected(work: Awaitable[None], receive: Receive) -> bool:
-    """Runs `work` to its end and says True, or cancels it and says False when the client goes away first."""
+class ClientLeft(Exception):
+    """The client went away before the work it waited for was done."""
+
+
+async def _before_disconnect(work: Awaitable[T], receive: Receive) -> T:
+    """`work`'s result; once the client goes away first, the work is cancelled and ClientLeft raised."""
     task = asyncio.ensure_future(work)
     watch = asyncio.ensure_future(wait_for_disconnect(receive))
     try:
@@ -229,6 +240,14 @@ async def _unless_disconnected(work: Awaitable[None], receive: Receive) -> bool:
         watch.cancel()
         await asyncio.gather(task, watch, return_exceptions=True)
     if task.cancelled():
+        raise ClientLeft
+    return task.result()  # an unexpected failure of the work is the caller's
+
+
+async def _unless_disconnected(work: Awaitable[None], receive: Receive) -> bool:
+    """Runs `work` to its end and says True, or cancels it and says False when the client goes away first."""
+    try:
+        await _before_disconnect(work, receive)
+    except ClientLeft:
         return False
-    task.result()  # an unexpected failure of the work is the caller's
     return True

@@ -50,6 +50,32 @@ async def test_client_disconnect_mid_stream_releases_the_lease_and_settles_usage
     assert reply.choices[0].message.content == "t0 "
 
 
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_client_that_leaves_before_the_first_token_is_charged_its_prompt_and_frees_its_slot(
+        upstreams: Start, gateway_for: StartGateway, stream: bool) -> None:
+    upstream = await upstreams(stall_at=0)  # sends its headers and role chunk, never a token
+    gateway = await gateway_for([upstream])
+    key_id, secret = await gateway.key(quota={"max_concurrency": 1})
+    body = {"model": "smollm2", "messages": MESSAGES, "max_tokens": 50, "stream": stream}
+    async with httpx.AsyncClient(base_url=gateway.url, headers={"authorization": f"Bearer {secret}"}) as http:
+        waiting = asyncio.create_task(http.post("/v1/chat/completions", json=body))
+        await wait_until_async(lambda: upstream.attempts == 1, what="the request at the upstream")
+        waiting.cancel()  # the client leaves while the gateway waits for the first token
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    usage = await wait_until_async(lambda: _settled(gateway, key_id, 1), what="the abandoned request's usage settled")
+    # accepted work is charged its prompt, never the 50 tokens it reserved and never generated
+    assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] == 0
+    await wait_until_async(lambda: upstream.abandoned == 1, what="the upstream call closed")
+    # the key's single concurrency slot is free again: a second request is admitted and reaches the upstream
+    async with httpx.AsyncClient(base_url=gateway.url, headers={"authorization": f"Bearer {secret}"}) as http:
+        second = asyncio.create_task(http.post("/v1/chat/completions", json=body))
+        await wait_until_async(lambda: upstream.attempts == 2 or second.done(), what="the second request admitted")
+        assert not second.done(), second.result().text
+        second.cancel()
+
+
 async def test_a_full_priority_pool_queues_then_serves_in_order(upstreams: Start, gateway_for: StartGateway) -> None:
     upstream = await upstreams(chunk_delay=0.1)
     gateway = await gateway_for([upstream], priority_classes={
@@ -93,6 +119,29 @@ async def test_a_queue_timeout_answers_503_with_retry_after(upstreams: Start, ga
     await slow
     usage = await gateway.usage(key_id=key_id)
     assert usage["completion_tokens"] == 3  # the refused request was refunded, not charged
+
+
+async def test_a_client_that_leaves_the_queue_gives_its_place_back_at_once(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    upstream = await upstreams(stall_at=0)  # the first request holds the only slot
+    gateway = await gateway_for([upstream], priority_classes={
+        "realtime": {"max_concurrency": 1, "queue_size": 10, "queue_timeout": 60}})
+    key_id, secret = await gateway.key()
+    body = {"model": "smollm2", "messages": MESSAGES, "max_tokens": 5, "stream": True}
+    async with httpx.AsyncClient(base_url=gateway.url, headers={"authorization": f"Bearer {secret}"}) as http:
+        holder = asyncio.create_task(http.post("/v1/chat/completions", json=body))
+        await wait_until_async(lambda: upstream.attempts == 1, what="the first request upstream, holding the slot")
+        queued = asyncio.create_task(http.post("/v1/chat/completions", json=body))
+        await wait_until_async(lambda: _pool_is(gateway, "realtime", active=1, queued=1), what="one request queued")
+        queued.cancel()
+        # its place is given back long before the 60 s queue timeout, and it is never sent upstream
+        await wait_until_async(lambda: _pool_is(gateway, "realtime", active=1, queued=0), timeout=10,
+                               what="the queue empty again")
+        holder.cancel()
+    await wait_until_async(lambda: _pool_is(gateway, "realtime", active=0, queued=0), what="the slot free")
+    assert upstream.attempts == 1
+    usage = await wait_until_async(lambda: _settled(gateway, key_id, 2), what="both requests settled")
+    assert usage["completion_tokens"] == 0
 
 
 async def test_batch_keys_queue_in_their_own_pool_while_realtime_is_served(
@@ -206,6 +255,11 @@ async def test_a_long_request_keeps_its_concurrency_lease_past_the_lease_ttl(
     chunks += [chunk async for chunk in stream]
     assert len(chunks) >= 40
     await client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=1)  # type: ignore[arg-type]
+
+
+async def _settled(gateway: GatewayHarness, key_id: str, requests: int) -> dict[str, int] | None:
+    usage = await gateway.usage(key_id=key_id)
+    return usage if usage["requests"] == requests else None
 
 
 async def _pool(gateway: GatewayHarness, name: str) -> dict[str, int]:
