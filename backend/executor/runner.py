@@ -63,7 +63,8 @@ class ModelRunner:
             (_zeroed(shape, dtype, device), _zeroed(shape, dtype, device)) for _ in range(config.num_layers)
         ]
         self.graphs: DecodeGraphs | None = None
-        if cuda_graph_batch > 0 and self.device.type == "cuda" and model.ops.attention.graph_safe:
+        graph_safe = model.ops.attention.graph_safe and all(layer.GRAPH_SAFE for layer in model.layers)
+        if cuda_graph_batch > 0 and self.device.type == "cuda" and graph_safe:
             try:
                 self.graphs = DecodeGraphs(
                     model, self.kv_caches, max_batch=cuda_graph_batch, max_blocks_per_seq=max_blocks_per_seq

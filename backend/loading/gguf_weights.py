@@ -31,8 +31,7 @@ def tensor_support(architecture: str, type_name: str) -> str:
     known = type_name in GGMLQuantizationType.__members__
     if architecture not in SUPPORTED_ARCHITECTURES or not known or GGMLQuantizationType[type_name] not in SUPPORTED_TENSOR_TYPES:
         return "refused"
-    native = type_name == "F32" or (type_name in BLOCK_BYTES and FAMILIES[architecture].NATIVE_BLOCKS)
-    return "computed natively" if native else "dequantized"
+    return "computed natively" if type_name == "F32" or type_name in BLOCK_BYTES else "dequantized"
 
 
 _LAYER_NAMES = {
@@ -55,6 +54,7 @@ _GLOBAL_NAMES = {
     "output.weight": "lm_head.weight",
 }
 _LAYER = re.compile(r"^blk\.(\d+)\.(.+)$")
+_EXPERT = re.compile(r"^(?P<kind>\w+)\.(?P<index>\d+)\.weight$")
 # llama.cpp's RoPE frequency divisors: Llama 3's precomputed scaling, Phi-3 LongRoPE's short factors (the long
 # ones are unused: the context is capped at the original one, see config.py).
 _ROPE_FREQS = ("rope_freqs.weight", "rope_factors_short.weight")
@@ -77,7 +77,8 @@ def read_metadata(reader: GGUFReader) -> dict[str, Any]:
 
 
 def read_gguf(path: Path, *, keep_blocks: bool = False) -> GGUFContents:
-    """Parse metadata and dequantise every tensor (with `keep_blocks`, all but the Q4_0, Q4_1 and Q8_0 matrices);
+    """Parse metadata and dequantise every tensor (with `keep_blocks`, all but the Q4_0, Q4_1 and Q8_0 matrices
+    and stacks of them);
     fails naming an unsupported architecture or tensor type."""
     reader = GGUFReader(path)
     metadata = read_metadata(reader)
@@ -104,9 +105,11 @@ def read_gguf(path: Path, *, keep_blocks: bool = False) -> GGUFContents:
         # GGUF lists dims fastest-first; torch wants them slowest-first.
         shape = tuple(int(n) for n in reversed(t.shape.tolist()))
         tensor: Weight
-        if keep_blocks and t.tensor_type.name in BLOCK_BYTES and len(shape) == 2:
-            blocks = torch.from_numpy(np.array(t.data, dtype=np.uint8).reshape(shape[0], -1))
-            tensor = BlockQuantized(t.tensor_type.name, blocks, (shape[0], shape[1]))
+        if keep_blocks and t.tensor_type.name in BLOCK_BYTES and len(shape) >= 2:
+            # A stack of matrices (a MoE layer's experts, `[experts, out, in]`) is kept as all its rows.
+            rows = int(np.prod(shape[:-1]))
+            blocks = torch.from_numpy(np.array(t.data, dtype=np.uint8).reshape(rows, -1))
+            tensor = BlockQuantized(t.tensor_type.name, blocks, (rows, shape[-1]))
         else:
             array = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
             if not array.flags.writeable:  # F32 tensors come back as views of the read-only memory map
@@ -132,8 +135,15 @@ def _hf_name(name: str, names: dict[str, str]) -> str:
     if name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[name]
     match = _LAYER.match(name)
-    if match and match.group(2) in names:
-        return f"model.layers.{match.group(1)}.{names[match.group(2)]}"
+    if match:
+        layer, rest = match.groups()
+        if rest in names:
+            return f"model.layers.{layer}.{names[rest]}"
+        # One tensor per expert (older Mixtral files: `ffn_gate.3.weight`), named in `names` as `ffn_gate.{expert}.weight`.
+        expert = _EXPERT.match(rest)
+        template = names.get(f"{expert['kind']}.{{expert}}.weight") if expert else None
+        if expert and template:
+            return f"model.layers.{layer}." + template.format(expert=expert["index"])
     raise UnsupportedModelError(f"unexpected tensor {name!r} in GGUF file")
 
 

@@ -57,11 +57,15 @@ class Family:
     name: str
     gguf_arch: str
     config: Callable[[], Any]
+    architecture: str = ""  # the backend's name for it, where the GGUF's differs (Mixtral is a llama file)
     permute_qk: bool = False  # llama-arch files: Q/K rows permuted for llama.cpp's RoPE
     metadata: Callable[[gguf.GGUFWriter, Any], None] | None = None
     extra_tensors: Callable[[Any], dict[str, np.ndarray]] | None = None
     names: dict[str, str] | None = None  # this family's GGUF names where they differ from Llama's
     norm_shift: float = 0.0  # what the converter adds to norm weights (Gemma: 1)
+
+    def __post_init__(self) -> None:
+        self.architecture = self.architecture or self.gguf_arch
 
 
 def _llama3_factors(config: Any) -> dict[str, np.ndarray]:
@@ -106,12 +110,19 @@ def _moe_metadata(writer: gguf.GGUFWriter, config: Any) -> None:
     writer.add_expert_feed_forward_length(config.moe_intermediate_size)
 
 
+def _mixtral_metadata(writer: gguf.GGUFWriter, config: Any) -> None:
+    # llama.cpp writes no expert size for Mixtral: feed_forward_length is the experts'.
+    writer.add_expert_count(config.num_local_experts)
+    writer.add_expert_used_count(config.num_experts_per_tok)
+
+
 def _configs() -> list[Family]:
     from transformers import (
         Gemma2Config,
         Gemma3TextConfig,
         LlamaConfig,
         MistralConfig,
+        MixtralConfig,
         Phi3Config,
         Qwen2Config,
         Qwen3Config,
@@ -138,6 +149,9 @@ def _configs() -> list[Family]:
         Family("qwen3moe", "qwen3moe", lambda: Qwen3MoeConfig(**SIZES, num_experts=4, num_experts_per_tok=2,
                                                             moe_intermediate_size=32, norm_topk_prob=True),
                metadata=_moe_metadata),
+        Family("mixtral", "llama", lambda: MixtralConfig(**{**SIZES, "intermediate_size": 32}, num_local_experts=8,
+                                                         num_experts_per_tok=2),
+               architecture="mixtral", permute_qk=True, metadata=_mixtral_metadata),
     ]
 
 
@@ -151,8 +165,10 @@ def build(family: Family, folder: Path, seed: int = 0) -> Any:
     return model
 
 
-def write_family_gguf(family: Family, model: Any, path: Path, qtype: Q = Q.F32) -> Path:
-    """`model` as llama.cpp would convert it; every matrix in `qtype`, norms and the embedding F32."""
+def write_family_gguf(family: Family, model: Any, path: Path, qtype: Q = Q.F32, *, per_expert: bool = False) -> Path:
+    """`model` as llama.cpp would convert it; every matrix in `qtype`, norms, the embedding and the router F32
+    (llama.cpp's quantize keeps `ffn_gate_inp` so). `per_expert`: one tensor per expert (`ffn_gate.3.weight`), as
+    llama.cpp wrote Mixtral before it stacked them."""
     config = model.config
     writer = gguf.GGUFWriter(path, family.gguf_arch)
     add_shape(writer, config)
@@ -169,16 +185,25 @@ def write_family_gguf(family: Family, model: Any, path: Path, qtype: Q = Q.F32) 
             continue
         name = _gguf_name(hf_name, family.names or {})
         w = tensor.detach().float().numpy()
+        if per_expert and "_exps." in name:
+            for e, matrix in enumerate(w):
+                _add(writer, name.replace("_exps.", f".{e}."), matrix, qtype)
+            continue
         if name.endswith("norm.weight"):
             w = w + family.norm_shift
         if family.permute_qk and name.endswith(("attn_q.weight", "attn_k.weight")):
             heads = config.num_attention_heads if name.endswith("attn_q.weight") else config.num_key_value_heads
             w = w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-        if qtype == Q.F32 or w.ndim == 1 or name == "token_embd.weight":
-            writer.add_tensor(name, np.ascontiguousarray(w))
-        else:
-            writer.add_tensor(name, quantize(w, qtype), raw_dtype=qtype)
+        kept = w.ndim == 1 or name.endswith(("token_embd.weight", "ffn_gate_inp.weight"))
+        _add(writer, name, w, Q.F32 if kept else qtype)
     return finish_gguf(writer, path, family.extra_tensors(config) if family.extra_tensors else {})
+
+
+def _add(writer: gguf.GGUFWriter, name: str, w: np.ndarray, qtype: Q) -> None:
+    if qtype == Q.F32:
+        writer.add_tensor(name, np.ascontiguousarray(w))
+    else:
+        writer.add_tensor(name, quantize(w, qtype), raw_dtype=qtype)
 
 
 def _split_experts(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

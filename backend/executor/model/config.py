@@ -6,12 +6,15 @@ from dataclasses import dataclass
 from typing import Any
 
 # Each has its model class in backend/executor/model/families/ (FAMILIES there is keyed by these names).
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe")
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe", "mixtral")
 
 # HF `model_type` / `architectures` spellings mapped onto our architecture names.
 _HF_MODEL_TYPES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3",
                    "gemma2": "gemma2", "gemma3_text": "gemma3",
-                   "qwen3_moe": "qwen3moe"}
+                   "qwen3_moe": "qwen3moe", "mixtral": "mixtral"}
+# GGUF architectures whose files with experts (`{arch}.expert_count`) are another family: llama.cpp writes
+# Mixtral as a llama file.
+_GGUF_EXPERT_FAMILIES = {"llama": "mixtral"}
 
 
 class UnsupportedModelError(ValueError):
@@ -81,12 +84,16 @@ class ModelConfig:
         heads = int(key("attention.head_count"))
         head_dim = int(meta.get(f"{arch}.attention.key_length") or meta.get(f"{arch}.rope.dimension_count") or 0)
         extra = _gemma_gguf(meta, arch, hidden // heads, head_dim) if arch.startswith("gemma") else {}
+        family = arch
         if meta.get(f"{arch}.expert_count"):
+            family = _GGUF_EXPERT_FAMILIES.get(arch, arch)
+            # Mixtral's files give no expert size: its feed_forward_length is the experts'.
+            ffn = meta.get(f"{arch}.expert_feed_forward_length") or key("feed_forward_length")
             extra = {"num_experts": int(key("expert_count")), "num_experts_used": int(key("expert_used_count")),
-                     "expert_intermediate_size": int(key("expert_feed_forward_length")),
+                     "expert_intermediate_size": int(ffn),
                      "norm_topk_prob": bool(meta.get(f"{arch}.expert_weights_norm", True))}  # llama.cpp's default
         return cls(
-            architecture=arch,
+            architecture=family,
             vocab_size=vocab_size,
             hidden_size=hidden,
             intermediate_size=int(key("feed_forward_length")),
@@ -154,9 +161,11 @@ def _experts(raw: dict[str, Any]) -> int:
 def _moe_hf(raw: dict[str, Any]) -> dict[str, Any]:
     if raw.get("mlp_only_layers") or int(raw.get("decoder_sparse_step", 1)) != 1:
         raise UnsupportedModelError("unsupported mixture of experts with dense layers (mlp_only_layers)")
+    # Mixtral's config has neither key: its intermediate_size is the experts', and it always renormalizes.
+    mixtral = raw["model_type"] == "mixtral"
     return {"num_experts": _experts(raw), "num_experts_used": int(raw["num_experts_per_tok"]),
-            "expert_intermediate_size": int(raw["moe_intermediate_size"]),
-            "norm_topk_prob": bool(raw.get("norm_topk_prob", False))}
+            "expert_intermediate_size": int(raw.get("moe_intermediate_size") or raw["intermediate_size"]),
+            "norm_topk_prob": bool(raw.get("norm_topk_prob", mixtral))}
 
 
 def _gemma_hf(raw: dict[str, Any], rope: dict[str, Any]) -> dict[str, Any]:

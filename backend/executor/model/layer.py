@@ -50,6 +50,7 @@ class DecoderLayer(nn.Module):
 
     MATRICES: ClassVar[tuple[str, ...]] = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
     FUSABLE: ClassVar[bool] = True  # the C++ decode stack (fused_step.py) computes exactly this layer
+    GRAPH_SAFE: ClassVar[bool] = True  # its forward never reads a device value on the host: a CUDA graph captures it
 
     def __init__(self, config: ModelConfig, dtype: torch.dtype, ops: ModelOps, rotary: Rotary) -> None:
         super().__init__()

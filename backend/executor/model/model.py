@@ -42,8 +42,6 @@ class LlamaModel(nn.Module):
     GGUF_PERMUTED_QK: ClassVar[bool] = True
     # What llama.cpp's converter added to every norm weight (Gemma's norms scale by 1 + weight); taken off at read.
     GGUF_NORM_SHIFT: ClassVar[float] = 0.0
-    # Its matrices in Q8_0/Q4_0/Q4_1 are multiplied on their blocks (under --quantization auto).
-    NATIVE_BLOCKS: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -144,13 +142,13 @@ class LlamaModel(nn.Module):
 
     def _pack_matrices(self, pack: Callable[[torch.Tensor], torch.Tensor]) -> None:
         # Outside inference mode, so that the packed matrices are ordinary tensors like the parameters they replace.
-        for layer in self.layers:
-            assert isinstance(layer, DecoderLayer)
-            for name in layer.MATRICES:
-                matrix = getattr(layer, name)
+        # Every module that names its matrices: the layers, and a mixture of experts' experts (families/moe.py).
+        for module in self.layers.modules():
+            for name in getattr(module, "MATRICES", ()):
+                matrix = getattr(module, name)
                 if isinstance(matrix, torch.Tensor):
-                    delattr(layer, name)
-                    layer.register_buffer(name, pack(matrix), persistent=False)
+                    delattr(module, name)
+                    module.register_buffer(name, pack(matrix), persistent=False)
         if isinstance(self.lm_head, torch.Tensor):
             self.packed_head = pack(self.lm_head)
 

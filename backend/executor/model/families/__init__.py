@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from backend.executor.model.families.gemma import Gemma2Model, Gemma3Model
-from backend.executor.model.families.moe import Qwen3MoeModel
+from backend.executor.model.families.mixtral import MixtralModel
 from backend.executor.model.families.phi3 import Phi3Model
-from backend.executor.model.families.qwen import Qwen2Model, Qwen3Model
+from backend.executor.model.families.qwen import Qwen2Model, Qwen3Model, Qwen3MoeModel
 from backend.executor.model.model import LlamaModel
 
 FAMILIES: dict[str, type[LlamaModel]] = {
@@ -16,4 +16,5 @@ FAMILIES: dict[str, type[LlamaModel]] = {
     "gemma2": Gemma2Model,
     "gemma3": Gemma3Model,
     "qwen3moe": Qwen3MoeModel,
+    "mixtral": MixtralModel,  # a llama-arch GGUF with experts
 }

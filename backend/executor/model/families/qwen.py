@@ -1,4 +1,5 @@
-"""Qwen2 (biases on Q/K/V, the rows as trained) and Qwen3 (an RMSNorm over each Q and K head before RoPE)."""
+"""Qwen2 (biases on Q/K/V, the rows as trained), Qwen3 (an RMSNorm over each Q and K head before RoPE) and
+Qwen3-MoE (the Qwen3 layer with routed experts for its MLP, moe.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 
 from backend.executor.cpu.quant_blocks import Weight, as_float
 from backend.executor.model.config import ModelConfig
+from backend.executor.model.families import moe
 from backend.executor.model.layer import DecoderLayer, RMSNorm, fill, take
 from backend.executor.model.model import LlamaModel
 from backend.executor.model.ops import ModelOps
@@ -48,8 +50,18 @@ class Qwen3Layer(DecoderLayer):
 
 class Qwen3Model(LlamaModel):
     LAYER = Qwen3Layer
-    HF_NAMES = ((re.compile(r"^model\.layers\.(\d+)\.self_attn\.([qk])_norm\.weight$"), r"layers.\1.\2_norm"),)
+    HF_NAMES: ClassVar[tuple[tuple[re.Pattern[str], str], ...]] = ((re.compile(r"^model\.layers\.(\d+)\.self_attn\.([qk])_norm\.weight$"), r"layers.\1.\2_norm"),)
     GGUF_NAMES: ClassVar[dict[str, str]] = {
         "attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight",
     }
     GGUF_PERMUTED_QK = False
+
+
+class Qwen3MoeLayer(moe.RoutedLayer, Qwen3Layer):
+    """Qwen3's attention (head norms), routed experts for the MLP."""
+
+
+class Qwen3MoeModel(Qwen3Model):
+    LAYER = Qwen3MoeLayer
+    HF_NAMES = Qwen3Model.HF_NAMES + moe.HF_NAMES
+    GGUF_NAMES = {**Qwen3Model.GGUF_NAMES, **moe.GGUF_NAMES}
