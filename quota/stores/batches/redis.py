@@ -158,17 +158,18 @@ class RedisBatches:
         return Progress(int(unfinished), int(running), int(completed), int(failed))
 
     async def unfinished(self, batch_id: str) -> list[int]:
-        return sorted(int(i) for i in await self._r.zrange(line_keys(batch_id)[0], 0, -1))
+        members: list[str] = await self._r.zrange(line_keys(batch_id)[0], 0, -1)
+        return sorted(int(i) for i in members)
 
     async def results(self, batch_id: str) -> list[LineResult]:
-        stored = await self._r.hgetall(line_keys(batch_id)[2])
+        stored: dict[str, str] = await self._r.hgetall(line_keys(batch_id)[2])
         return sorted((LineResult(int(i), v[0] == "1", v[1:]) for i, v in stored.items()), key=lambda r: r.index)
 
     async def close(self) -> None:
         await self._r.aclose()
 
     async def _listed(self, records: str, index: str) -> list[Doc]:
-        ids = await self._r.zrevrange(index, 0, -1)
+        ids: list[str] = await self._r.zrevrange(index, 0, -1)
         docs = [_doc(raw) for raw in (await self._r.hmget(records, ids) if ids else [])]
         return [d for d in docs if d is not None]
 
