@@ -9,7 +9,7 @@ Times are the server's (`TIME`), so replicas with skewed clocks agree on when a 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from quota.stores.batches.store import ACTIVE, Doc, LineResult, Progress
 from quota.stores.redis.client import RedisClient
@@ -158,18 +158,18 @@ class RedisBatches:
         return Progress(int(unfinished), int(running), int(completed), int(failed))
 
     async def unfinished(self, batch_id: str) -> list[int]:
-        members: list[str] = await self._r.zrange(line_keys(batch_id)[0], 0, -1)
+        members = cast(list[str], await self._r.zrange(line_keys(batch_id)[0], 0, -1))
         return sorted(int(i) for i in members)
 
     async def results(self, batch_id: str) -> list[LineResult]:
-        stored: dict[str, str] = await self._r.hgetall(line_keys(batch_id)[2])
+        stored = cast(dict[str, str], await self._r.hgetall(line_keys(batch_id)[2]))
         return sorted((LineResult(int(i), v[0] == "1", v[1:]) for i, v in stored.items()), key=lambda r: r.index)
 
     async def close(self) -> None:
         await self._r.aclose()
 
     async def _listed(self, records: str, index: str) -> list[Doc]:
-        ids: list[str] = await self._r.zrevrange(index, 0, -1)
+        ids = cast(list[str], await self._r.zrevrange(index, 0, -1))  # decoded: the client decodes replies
         docs = [_doc(raw) for raw in (await self._r.hmget(records, ids) if ids else [])]
         return [d for d in docs if d is not None]
 
