@@ -81,7 +81,8 @@ class Gateway:
         self.batch = BatchApis(settings, quota, open_batch_store(settings), self.proxy, self.pools, self.responses)
         self.admin = AdminApi(quota, self.registry, configured_admin_key(settings),
                               tuple(settings.priority_classes), settings.currency,
-                              AdminWriteLimit(settings.admin_limits.writes_per_minute, self.redis))
+                              AdminWriteLimit(settings.admin_limits.writes_per_minute, self.redis),
+                              batches=self.batch.store)
         self.health = HealthChecker(self.router.channels, settings.health_check_interval, self.http,
                                     settings.health_check_timeout, settings.unhealthy_threshold)
         self.breaker_sync = None

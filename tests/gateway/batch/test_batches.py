@@ -145,3 +145,20 @@ async def test_lines_left_when_the_window_ends_are_reported_expired(
     assert len(answered) + len(expired) == 100
     assert {e["error"]["code"] for e in expired} == {"batch_expired"}
     assert batch.request_counts is not None and batch.request_counts.failed == len(expired) > 50
+
+
+async def test_admins_list_an_accounts_batches_and_account_admins_only_their_own(
+        upstreams: Callable[..., Awaitable[MockUpstream]], gateway_for: Start) -> None:
+    gateway = await gateway_for([await upstreams()])
+    account_id, other_account = await gateway.account(), await gateway.account()
+    _, secret = await gateway.key(account_id=account_id)
+    batch = await run_batch(gateway.client(secret), chat_lines(3))
+    listed = (await gateway.admin.get("/admin/batches", params={"account_id": account_id})).json()["data"]
+    assert [(b["id"], b["status"], b["request_counts"]["completed"], b["key_id"] is not None) for b in listed] == [
+        (batch.id, "completed", 3, True)]
+    created = await gateway.admin.post("/admin/admin-keys",
+                                       json={"role": "account_admin", "account_id": other_account})
+    other_admin = {"authorization": f"Bearer {created.json()['key']}"}
+    assert (await gateway.admin.get("/admin/batches", headers=other_admin)).json()["data"] == []
+    refused = await gateway.admin.get("/admin/batches", params={"account_id": account_id}, headers=other_admin)
+    assert refused.status_code == 404  # as for any other tenant's record: not even its existence shows
