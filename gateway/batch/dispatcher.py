@@ -28,6 +28,7 @@ from gateway.batch.shapes import Doc, new_id
 from quota import BatchStore, LineResult, QuotaService
 
 log = logging.getLogger("tidegate.batch")
+STOP_GRACE = 5.0  # seconds a stopping replica waits for its lines in flight
 
 
 class Dispatcher:
@@ -51,10 +52,17 @@ class Dispatcher:
         self._task = asyncio.create_task(self._loop())
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._task, *self._running.values()) if t is not None]
-        for task in tasks:
+        """Leases nothing more and lets the lines in flight finish for a few seconds: a line cut here is charged its
+        prompt (the upstream had begun) and runs again once its lease lapses."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._running:
+            await asyncio.wait(list(self._running.values()), timeout=STOP_GRACE)
+        lines = list(self._running.values())
+        for task in lines:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*lines, return_exceptions=True)
 
     async def _loop(self) -> None:
         while True:
