@@ -84,7 +84,8 @@ def bench(url: str, key: str, args: argparse.Namespace, out: Path) -> dict[str, 
     subprocess.run([sys.executable, "-m", "tidegate.cli", "bench", "--base-url", url, "--model", "smollm2",
                     "--api-key", key, "--endpoint", "/v1/chat/completions", "--rate", str(args.rate),
                     "--duration", str(args.duration), "--input-len", str(args.input_len),
-                    "--output-len", str(args.output_len), "--seed", "7", "--no-progress", "--json", str(out)],
+                    "--output-len", str(args.output_len), "--seed", "7", "--warmup", str(args.warmup), "--no-progress",
+                    "--json", str(out)],
                    check=True, stdout=subprocess.DEVNULL)
     return dict(json.loads(out.read_text()))
 
@@ -120,6 +121,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of realtime sending per run")
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=32)
+    parser.add_argument("--warmup", type=int, default=5, help="realtime requests sent before measuring")
     parser.add_argument("--batch-lines", type=int, default=1000)
     parser.add_argument("--batch-output-len", type=int, default=32)
     parser.add_argument("--max-in-flight", type=int, default=8, help="batch.max_in_flight of the gateway")

@@ -61,24 +61,30 @@ async def test_malformed_lines_go_to_the_error_file_and_the_rest_run(
     assert {e["custom_id"] for e in errors} >= {"unknown-model", "no-body", "line-0"}
 
 
-async def test_another_account_sees_neither_files_nor_batches(
+async def test_another_account_or_sub_account_sees_neither_files_nor_batches(
         upstreams: Callable[..., Awaitable[MockUpstream]], gateway_for: Start) -> None:
     gateway = await gateway_for([await upstreams()])
-    _, owner_secret = await gateway.key()
+    account_id = await gateway.account()
+    _, owner_secret = await gateway.key(account_id=account_id)
+    _, colleague_secret = await gateway.key(account_id=account_id)
     _, other_secret = await gateway.key()
-    owner, other = gateway.client(owner_secret), gateway.client(other_secret)
+    _, team_secret = await gateway.key(sub_account_id=await gateway.sub_account(account_id))
+    owner, colleague = gateway.client(owner_secret), gateway.client(colleague_secret)
     batch = await run_batch(owner, chat_lines(2))
     assert batch.output_file_id is not None
-    for call in (other.files.retrieve(batch.input_file_id), other.files.content(batch.output_file_id),
-                 other.files.delete(batch.input_file_id), other.batches.retrieve(batch.id),
-                 other.batches.cancel(batch.id)):
+    # another key of the same account (and sub-account) sees it: records belong to the account, not the key
+    assert (await colleague.batches.retrieve(batch.id)).id == batch.id
+    for other in (gateway.client(other_secret), gateway.client(team_secret)):
+        for call in (other.files.retrieve(batch.input_file_id), other.files.content(batch.output_file_id),
+                     other.files.delete(batch.input_file_id), other.batches.retrieve(batch.id),
+                     other.batches.cancel(batch.id)):
+            with pytest.raises(openai.NotFoundError):
+                await call
         with pytest.raises(openai.NotFoundError):
-            await call
-    with pytest.raises(openai.NotFoundError):
-        await other.batches.create(input_file_id=batch.input_file_id, endpoint="/v1/chat/completions",
-                                   completion_window="24h")
-    assert [f.id for f in (await other.files.list()).data] == []
-    assert [b.id async for b in other.batches.list()] == []
+            await other.batches.create(input_file_id=batch.input_file_id, endpoint="/v1/chat/completions",
+                                       completion_window="24h")
+        assert [f.id for f in (await other.files.list()).data] == []
+        assert [b.id async for b in other.batches.list()] == []
     assert [b.id async for b in owner.batches.list()] == [batch.id]
 
 
