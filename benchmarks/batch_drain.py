@@ -47,7 +47,8 @@ def start_gateway(stack: Stack, backend: str, run: int, args: argparse.Namespace
     config = {"admin_key": ADMIN_KEY, "data_dir": str(stack.workdir / f"gateway-{run}"), "log_level": "warning",
               "timeouts": {"connect": 5.0, "first_token": 300.0, "idle": 120.0, "total": 600.0},
               "channels": [{"name": "backend", "base_url": backend + "/v1", "models": ["smollm2"]}],
-              "batch": {"max_in_flight": args.max_in_flight, "yield_ttft_seconds": yield_ttft}}
+              "batch": {"max_in_flight": args.max_in_flight, "yield_ttft_seconds": yield_ttft,
+                        "yield_active": args.yield_active}}
     path = stack.workdir / f"gateway-{run}.yaml"
     path.write_text(yaml.safe_dump(config))
     proc = stack.spawn([sys.executable, "-m", "tidegate.cli", "gateway", "--config", str(path), "--port", str(port)])
@@ -126,6 +127,7 @@ def main() -> None:
     parser.add_argument("--batch-output-len", type=int, default=32)
     parser.add_argument("--max-in-flight", type=int, default=8, help="batch.max_in_flight of the gateway")
     parser.add_argument("--yield-ttft", type=float, help="batch.yield_ttft_seconds (default: the alone P95)")
+    parser.add_argument("--yield-active", type=int, help="batch.yield_active: realtime in flight that halves lines")
     parser.add_argument("--threads", type=int, default=2, help="torch threads of the backend")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()

@@ -27,6 +27,9 @@ class BatchSettings(BaseModel):
     yield_queued: int = Field(default=1, ge=1)
     # ... or its recent P95 time to first token (in the gateway, queueing included) is above this
     yield_ttft_seconds: float = Field(default=1.0, gt=0)
+    # ... or, when set, it has this many requests in flight: 1 runs batch lines only in realtime's idle gaps (for
+    # replicas where any concurrent work slows every request, as on a CPU); null: in flight alone never yields
+    yield_active: int | None = Field(default=None, ge=1)
     # a line refused for now (429 rate limit, 503 overloaded) is tried again after this
     retry_delay: float = Field(default=2.0, ge=0)
 

@@ -1,6 +1,7 @@
 """How many batch lines one replica keeps in flight: one more each poll while the more important classes are calm,
-half as many as soon as one of them queues or its recent P95 time to first token passes the threshold, so batch
-work fills the capacity realtime traffic leaves and gives it back within one poll."""
+half as many as soon as one of them queues, its recent P95 time to first token passes the threshold, or (when
+`yield_active` is set) it has that many requests in flight, so batch work fills the capacity realtime traffic
+leaves and gives it back within one poll."""
 
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ class Pressure:
         return self.target
 
     def pressed(self) -> bool:
+        active = self._settings.yield_active
         return any(p.queued >= self._settings.yield_queued or _recent_p95(p) > self._settings.yield_ttft_seconds
-                   for p in self._above)
+                   or (active is not None and p.active >= active) for p in self._above)
 
 
 def _recent_p95(pool: PriorityPool) -> float:

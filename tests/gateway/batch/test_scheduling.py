@@ -68,8 +68,10 @@ async def test_a_waiting_realtime_request_pauses_new_lines() -> None:
     assert pressure.pressed() and pressure.update() == 2
     realtime.release()
     await waiter
+    assert not pressure.pressed()  # one in flight and none waiting: calm, unless `yield_active` says otherwise
+    assert Pressure(BatchSettings(yield_active=1), pools, "batch").pressed()
     realtime.release()
-    assert not pressure.pressed()
+    assert not Pressure(BatchSettings(yield_active=1), pools, "batch").pressed()
 
 
 async def test_one_accounts_long_batch_does_not_hold_back_anothers(
