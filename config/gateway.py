@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, IPvAnyNetwork, field_validator, model_validator
 
+from config.batch import BatchSettings
 from config.model_groups import ModelGroup, Routing, group_problem
 from config.stores import StoreSettings
 
@@ -268,6 +269,7 @@ class GatewaySettings(StoreSettings):
     responses_ttl_seconds: int = Field(default=86400, ge=60)
     # what one account's stored responses may take (bytes, as stored); past it a request with store: true is a 429
     responses_max_stored_bytes_per_account: int = Field(default=64 * 1024 * 1024, ge=1024)
+    batch: BatchSettings = Field(default_factory=BatchSettings)  # the Files and Batch APIs (config/batch.py)
 
     @model_validator(mode="after")
     def _consistent(self) -> GatewaySettings:

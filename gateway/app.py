@@ -30,6 +30,7 @@ from gateway.apis.openai import CHAT, COMPLETIONS, EMBEDDINGS, models_endpoint
 from gateway.apis.responses.api import ResponsesApi
 from gateway.apis.responses.store import open_response_store
 from gateway.auth import check_token
+from gateway.batch import BatchApis
 from gateway.channels.breaker_sync import BreakerSync
 from gateway.channels.limits import ChannelLimits
 from gateway.channels.registry import ChannelRegistry
@@ -46,7 +47,7 @@ from gateway.path.proxy import Proxy
 from gateway.path.upstream import UpstreamClient
 from gateway.worker_settings import read_worker_settings
 from limiter import MemoryCapacity, RedisCapacity
-from quota import QuotaService, open_redis, open_routing_store, open_store
+from quota import QuotaService, open_batch_store, open_redis, open_routing_store, open_store
 
 OPENAPI = openapi.document("tidegate gateway", gateway=True)
 
@@ -77,9 +78,11 @@ class Gateway:
         self.tracing = setup_tracing(settings.tracing)
         self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics, self.tracing)
         self.responses = ResponsesApi(self.proxy, quota, open_response_store(settings, self.redis))
+        self.batch = BatchApis(settings, quota, open_batch_store(settings), self.proxy, self.pools, self.responses)
         self.admin = AdminApi(quota, self.registry, configured_admin_key(settings),
                               tuple(settings.priority_classes), settings.currency,
-                              AdminWriteLimit(settings.admin_limits.writes_per_minute, self.redis))
+                              AdminWriteLimit(settings.admin_limits.writes_per_minute, self.redis),
+                              batches=self.batch.store)
         self.health = HealthChecker(self.router.channels, settings.health_check_interval, self.http,
                                     settings.health_check_timeout, settings.unhealthy_threshold)
         self.breaker_sync = None
@@ -92,8 +95,10 @@ class Gateway:
         self.throughput.poller.start()  # polls only channels with rate_from: metrics (run-time ones too)
         if self.breaker_sync is not None:
             self.breaker_sync.start()
+        self.batch.start()
 
     async def close(self) -> None:
+        await self.batch.close()
         await self.registry.stop()
         await self.health.stop()
         await self.throughput.poller.stop()
@@ -138,6 +143,7 @@ class Gateway:
             Route("/v1/messages", partial(self.proxy.serve, wire=MESSAGES), methods=["POST"]),
             Route("/v1/embeddings", partial(self.proxy.serve, wire=EMBEDDINGS), methods=["POST"]),
             *self.responses.routes(),
+            *self.batch.routes(),
             Route("/v1/models", models_endpoint(self.quota, self.router), methods=["GET"]),
             Route("/health", self.health_route, methods=["GET"]),
             Route("/metrics", self.metrics_route, methods=["GET"]),

@@ -32,9 +32,10 @@ from quota.rules.quotes import settled_cost
 from quota.rules.reports import check_granularity, grouped, parse_group_by, report_csv, report_json
 from quota.rules.request_audit import MAX_LISTED
 from quota.rules.unit_cost import unit_costs, unit_costs_by_model
+from quota.stores.batches.store import BatchStore, LineResult, Progress
 from quota.stores.embedded.private_db import connect_private
 from quota.stores.embedded.store import DB_NAME
-from quota.stores.open import open_routing_store, open_store
+from quota.stores.open import open_batch_store, open_routing_store, open_store
 from quota.stores.redis.client import RedisClient, open_redis
 from quota.stores.routing_store import RoutingSnapshot, RoutingStore
 from quota.stores.service import QuotaService
@@ -49,14 +50,17 @@ __all__ = [
     "ApiKey",
     "AuditEntry",
     "AuthResult",
+    "BatchStore",
     "Bucket",
     "CreatedKey",
     "InvalidRequest",
     "KeyInfo",
     "Level",
     "LimitName",
+    "LineResult",
     "NotFound",
     "Price",
+    "Progress",
     "Quota",
     "QuotaAdmin",
     "QuotaService",
@@ -76,6 +80,7 @@ __all__ = [
     "from_micro",
     "grouped",
     "hash_secret",
+    "open_batch_store",
     "open_redis",
     "open_routing_store",
     "open_store",

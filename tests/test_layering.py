@@ -37,9 +37,10 @@ FORBIDDEN = {
     "backend/executor/kernels": {"backend.executor.runner", "backend.executor.cuda_graphs", "backend.executor.model",
                                  "backend.executor.attention", "backend.executor.sample", "backend.executor.cpu"},
 }
-# The gateway's folders, each with the folders it may import: app -> apis -> path -> channels -> observe, and
-# admin -> channels. Modules outside a folder are leaves everyone may import, but the app and its server.
+# The gateway's folders, each with the folders it may import: app -> apis -> path -> channels -> observe,
+# admin -> channels, and batch -> apis (a batch line is served by the inbound API it names). Modules outside a folder are leaves everyone may import, but the app and its server.
 GATEWAY_BELOW = {
+    "batch": {"apis", "path", "channels", "observe"},
     "apis": {"path", "channels", "observe"},
     "path": {"channels", "observe"},
     "channels": {"observe"},

@@ -84,6 +84,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/admin/accounts/{id}/balance"): Rule(EVERYONE, "balance.read", Scope.account),
     ("GET", "/admin/usage/unit-cost"): Rule(READERS, "unit-cost.read"),
     ("GET", "/admin/accounts/{id}/requests"): Rule(EVERYONE, "requests.read", Scope.account),
+    ("GET", "/admin/batches"): Rule(EVERYONE, "batches.list", Scope.query_owner),
 }
 KINDS = {"accounts": Scope.account, "sub-accounts": Scope.sub_account, "keys": Scope.key}
 NOUNS = {Scope.account: "account", Scope.sub_account: "sub-account", Scope.key: "key", Scope.admin_key: "admin key"}

@@ -18,6 +18,7 @@ from starlette.routing import Route
 from common.request_id import request_id as request_id_of
 from config.stores import AdminLimits
 from gateway.admin.access import RULES, AdminAccess, Rule, Scope, Target, caller_of, rule_for
+from gateway.admin.batches import batch_handlers
 from gateway.admin.body import json_body, reject_unknown
 from gateway.admin.ceilings import within_account
 from gateway.admin.channels import channel_handlers
@@ -27,7 +28,7 @@ from gateway.auth import client_address
 from gateway.channels.registry import ChannelRegistry
 from gateway.errors import ApiError, invalid_request, not_found, unavailable
 from limiter import REDIS_DOWN
-from quota import UNSET, AuditEntry, InvalidRequest, NotFound, Quota, QuotaService
+from quota import UNSET, AuditEntry, BatchStore, InvalidRequest, NotFound, Quota, QuotaService
 
 Handler = Callable[[Request], Awaitable[Any]]
 UPDATABLE = {
@@ -61,7 +62,7 @@ class AdminApi:
 
     def __init__(self, quota: QuotaService, registry: ChannelRegistry, admin_key: str | None,
                  priority_classes: tuple[str, ...] = (), currency: str = "USD",
-                 writes: AdminWriteLimit | None = None):
+                 writes: AdminWriteLimit | None = None, batches: BatchStore | None = None):
         self._quota = quota
         self._admin = quota.admin
         self._admin_keys = quota.admin_keys
@@ -71,10 +72,12 @@ class AdminApi:
         self._access = AdminAccess(quota, admin_key)
         self._classes = priority_classes
         self._writes = writes or AdminWriteLimit(AdminLimits().writes_per_minute, None)
+        self._batches = batches
 
     def routes(self) -> list[Route]:
         """One route per row of the route table, served by the handler its action names."""
-        handlers = {**channel_handlers(self._registry, json_body), **self._handlers(), **self._money.handlers()}
+        handlers = {**channel_handlers(self._registry, json_body), **self._handlers(), **self._money.handlers(),
+                    **batch_handlers(self._batches)}
         assert set(handlers) == {rule.action for rule in RULES.values()}, "each handler has one row and no more"
         return [Route(path, self._wrap(handlers[rule.action]), methods=[method])
                 for (method, path), rule in RULES.items()]

@@ -99,6 +99,8 @@ class Exchange:
 
     def first_token(self) -> None:
         """The upstream's answer head (first content token of a stream, or the whole body) has arrived."""
+        if self._pool is not None:
+            self._pool.note_first_token(time.monotonic() - self.started)
         if self.upstream_started is not None and self.record.channel:
             model = self._metrics.model_label(self.record.model)
             self._metrics.upstream_ttft.labels(self.record.channel, model).observe(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 from collections.abc import AsyncIterator
 
@@ -24,6 +25,8 @@ class PriorityPool:
         self.rank = rank  # position in the configured list: 0 is the most important class
         self.active = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
+        # (when, seconds from arrival to first token) of the latest requests: what the batch dispatcher yields to
+        self.first_tokens: deque[tuple[float, float]] = deque(maxlen=512)
 
     @property
     def queued(self) -> int:
@@ -48,6 +51,9 @@ class PriorityPool:
             if not self._forget(waiter):
                 self.release()  # the client left holding a slot it was just given
             raise
+
+    def note_first_token(self, seconds: float) -> None:
+        self.first_tokens.append((time.monotonic(), seconds))
 
     def release(self) -> None:
         while self._waiters:

@@ -54,15 +54,16 @@ class Proxy:
         self._renew_interval = max(0.5, settings.lease_ttl / 3)
         self._salt_secret = salt_secret(settings)
 
-    async def serve(self, request: Request, wire: ClientWire) -> Response:
+    async def serve(self, request: Request, wire: ClientWire, key: KeyInfo | None = None) -> Response:
         """One request of any inbound API, served as chat, completions or embeddings and answered in the API's
-        shape by its `wire`."""
+        shape by its `wire`; `key` is given for work the gateway runs for a key it already knows (a batch line)."""
         request_id = request_id_of(request.headers)
         trace = self.tracing.start_request("POST", request.url.path, request_id, request.headers)
         exchange = Exchange(self.quota, self.metrics, request_id, request.url.path, self._renew_interval, trace)
         ask: UpstreamRequest | None = None
         try:
-            key = await authenticate(self.quota, request)
+            if key is None:
+                key = await authenticate(self.quota, request)
             exchange.identify(key)
             limits = self.settings.server
             raw = await read_body(request, max_bytes=self.settings.max_body_bytes, timeout=limits.body_timeout)

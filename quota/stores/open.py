@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from config.stores import StoreSettings
+from quota.stores.batches.embedded import SqliteBatches
+from quota.stores.batches.store import BatchStore
 from quota.stores.embedded.routing import SqliteRouting
 from quota.stores.embedded.store import DB_NAME, EmbeddedQuotaService
 from quota.stores.routing_store import RoutingStore
@@ -25,3 +27,13 @@ def open_routing_store(settings: StoreSettings) -> RoutingStore:
 
         return RedisRouting(open_redis(settings.redis_url, timeout=settings.redis_timeout))
     return SqliteRouting(settings.resolved_data_dir() / DB_NAME)
+
+
+def open_batch_store(settings: StoreSettings) -> BatchStore:
+    """File and batch records and batch lines, in the same store as the tenancy records."""
+    if settings.redis_url:
+        from quota.stores.batches.redis import RedisBatches
+        from quota.stores.redis.client import open_redis
+
+        return RedisBatches(open_redis(settings.redis_url, timeout=settings.redis_timeout, decode_responses=True))
+    return SqliteBatches(settings.resolved_data_dir() / DB_NAME)

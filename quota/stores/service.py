@@ -26,6 +26,16 @@ def check_counts(**counts: int) -> None:
             raise ValueError(f"{name} must be a non-negative integer, not {value!r}")
 
 
+def _verdict(key: ApiKey | None, account: Account | None) -> AuthResult:
+    if key is None:
+        return AuthResult(False, None, "unknown")
+    if key.revoked_at is not None:
+        return AuthResult(False, None, "revoked")
+    if key.expires_at is not None and key.expires_at <= datetime.now(UTC):
+        return AuthResult(False, None, "expired")
+    return AuthResult(True, KeyInfo.of(key, account))
+
+
 class StoreUnavailable(Exception):
     """The store cannot be reached; services turn it into an answer, never let it reach the gateway."""
 
@@ -60,14 +70,21 @@ class QuotaService(ABC):
             if len(self._auth_cache) > 100_000:
                 self._auth_cache.clear()
             self._auth_cache[digest] = (now, key, account)
-        if key is None:
-            return AuthResult(False, None, "unknown")
-        if key.revoked_at is not None:
-            return AuthResult(False, None, "revoked")
-        if key.expires_at is not None and key.expires_at <= datetime.now(UTC):
-            return AuthResult(False, None, "expired")
-        await self._stamp_use(key.id, now)
-        return AuthResult(True, KeyInfo.of(key, account))
+        verdict = _verdict(key, account)
+        if key is not None and verdict.ok:
+            await self._stamp_use(key.id, now)
+        return verdict
+
+    async def key_by_id(self, key_id: str) -> AuthResult:
+        """The key a stored job runs as (a batch's lines), judged as `authenticate` judges a secret's."""
+        try:
+            key: ApiKey | None = await self.admin.get_key(key_id)
+        except NotFound:
+            key = None
+        except Exception:  # an outage: the job waits, as a request would be refused with a 503
+            logging.getLogger("tidegate.quota").warning("could not read the key %s", key_id)
+            return AuthResult(False, None, "store_unavailable")
+        return _verdict(key, None if key is None else await self._account(key.account_id))
 
     async def _account(self, account_id: str) -> Account | None:
         """The key's account (its cache_scope and ceilings); while the store is out of reach, the last one read."""

@@ -1,6 +1,7 @@
 // tidegate admin console: sign in, then every read and write goes through the admin API.
 import { KEY_STORAGE, act, api, isTenantAdmin, listOf, state } from "./api.js";
 import { refreshAudit } from "./audit.js";
+import { refreshBatches } from "./batches.js";
 import { addChannel, refreshChannels } from "./channels.js";
 import { $, showError } from "./dom.js";
 import { canSetPrices, refreshMoney, refreshUnitCost, setPrice } from "./money.js";
@@ -27,7 +28,7 @@ async function signIn(adminKey) {
   showRole();
   renderAccounts();
   if (isTenantAdmin()) await act(() => openAccount(state.me.account_id));
-  await act(() => Promise.all([refreshChannelsIfShown(), refreshUsage(), refreshMoney(),
+  await act(() => Promise.all([refreshChannelsIfShown(), refreshUsage(), refreshMoney(), refreshBatches(),
     isTenantAdmin() ? null : refreshAudit()]));
   state.timer = setInterval(poll, POLL_MS);
 }
@@ -59,7 +60,7 @@ function signOut(message) {
 }
 
 async function poll() {
-  await act(() => Promise.all([refreshChannelsIfShown(), refreshLive()]));
+  await act(() => Promise.all([refreshChannelsIfShown(), refreshLive(), refreshBatches()]));
 }
 
 function onSubmit(selector, handler) {
@@ -90,7 +91,7 @@ onSubmit("#unit-cost-filter", refreshUnitCost);
 state.onUnauthorized = signOut;
 state.onAccountOpened = () => {
   renderUsageFilterOptions(); // the heading names the account the chart now follows
-  return Promise.all([refreshUsage(), refreshLive()]);
+  return Promise.all([refreshUsage(), refreshLive(), refreshBatches()]);
 };
 state.onAccountsChanged = renderUsageFilterOptions;
 if (state.adminKey) signIn(state.adminKey);
