@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive
 
 from common.event_stream import EventStreamResponse, StreamEnd, wait_for_disconnect
+from common.fast_json import FastJSONResponse
 from common.request_body import read_body
 from common.request_id import request_id as request_id_of
 from config import GatewaySettings
@@ -184,7 +185,7 @@ class Proxy:
                 error = untranslatable
             else:
                 await exchange.end(200, relay.outcome.value, self._charged(exchange, relay))
-                return JSONResponse(whole, headers=headers)
+                return FastJSONResponse(whole, headers=headers)
         await exchange.end(error.status, relay.outcome.value, self._charged(exchange, relay))
         return _error_response(wire, error, headers)
 

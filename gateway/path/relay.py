@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 
+from common import fast_json
 from common.event_stream import DONE_EVENT, StreamEnd, data_event, error_event, json_event
 from gateway.errors import ApiError
 from gateway.path.upstream import Answer
@@ -39,7 +40,7 @@ def _count(value: Any) -> int:
 def rewrite_body(answer: Answer) -> tuple[bytes, Usage | None]:
     """A whole (non-streamed) answer with the public model name back in place, and its usage."""
     try:
-        obj = json.loads(answer.body)
+        obj = fast_json.loads(answer.body)
     except ValueError:
         return answer.body, None
     if isinstance(obj, dict) and answer.model != answer.upstream_model and "model" in obj:
@@ -93,7 +94,7 @@ class StreamRelay:
             if data == DONE:
                 continue
             try:
-                obj = json.loads(data)
+                obj = fast_json.loads(data)
             except (ValueError, RecursionError):
                 obj = None
             if not isinstance(obj, dict):
@@ -148,7 +149,7 @@ class StreamRelay:
             self.chunks += 1
             return data_event(data)
         try:
-            obj = json.loads(data)
+            obj = fast_json.loads(data)
         except ValueError:
             return data_event(data)
         if not isinstance(obj, dict):
