@@ -62,9 +62,11 @@ class Stack:
         self.workdir = workdir
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def spawn(self, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def spawn(self, argv: list[str], env: dict[str, str] | None = None,
+              cwd: Path | None = None) -> subprocess.Popen[bytes]:
         log = open(self.workdir / f"proc-{len(self.procs)}.log", "wb")  # noqa: SIM115 - lives with the process
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                                cwd=cwd)
         self.procs.append(proc)
         return proc
 
@@ -76,7 +78,10 @@ class Stack:
             self.stop(proc)
 
 
-def start_tidegate(stack: Stack, upstream_url: str, redis_url: str, workers: int) -> tuple[str, str, subprocess.Popen[bytes]]:
+def start_tidegate(stack: Stack, upstream_url: str, redis_url: str, workers: int,
+                   tree: Path | None = None) -> tuple[str, str, subprocess.Popen[bytes]]:
+    """A gateway on a fresh port with one account and key; `tree` is the checkout it runs from (its packages
+    shadow the installed ones), the current directory when not given."""
     port = free_port()
     config = {"admin_key": ADMIN_KEY, "redis_url": redis_url, "workers": workers, "log_level": "warning",
               "channels": [{"name": "instant", "base_url": upstream_url, "models": ["smollm2"],
@@ -84,7 +89,8 @@ def start_tidegate(stack: Stack, upstream_url: str, redis_url: str, workers: int
               "priority_classes": {"realtime": {"max_concurrency": 512, "queue_size": 1024, "queue_timeout": 30}}}
     path = stack.workdir / f"tidegate-{port}.yaml"
     path.write_text(yaml.safe_dump(config))
-    proc = stack.spawn([sys.executable, "-m", "tidegate.cli", "gateway", "--config", str(path), "--port", str(port)])
+    proc = stack.spawn([sys.executable, "-m", "tidegate.cli", "gateway", "--config", str(path), "--port", str(port)],
+                       cwd=tree)
     url = f"http://127.0.0.1:{port}"
     wait_for_health(url + "/health", 120, proc)
     admin = {"authorization": f"Bearer {ADMIN_KEY}"}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from enum import StrEnum
@@ -19,6 +18,7 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
+from common import fast_json
 from common.openai_errors import ApiError
 
 HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # no proxy may buffer a token stream
@@ -36,7 +36,7 @@ def data_event(data: bytes) -> bytes:
 
 
 def json_event(obj: Any) -> bytes:
-    return data_event(json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode())
+    return data_event(fast_json.dumps(obj))
 
 
 def named_event(name: str, obj: Any) -> bytes:

@@ -12,6 +12,7 @@ from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 
+from common import fast_json
 from common.openai_errors import ApiError
 
 CONTAINERS = (list, dict)
@@ -53,7 +54,7 @@ def decode_json(raw: bytes, *, max_depth: int, allow_nan: bool = True, invalid_c
     the `code` of the 400 for a body that is not JSON.
     """
     try:
-        value = json.loads(raw, parse_constant=None if allow_nan else _refuse_constant)
+        value = fast_json.loads(raw) if allow_nan else json.loads(raw, parse_constant=_refuse_constant)
     except RecursionError:  # deeper than the C parser's own stack allows
         raise _too_deep(max_depth) from None
     except ValueError as exc:

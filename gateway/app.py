@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from http import HTTPStatus
 
 import aiohttp
 import httpx
+from starlette import routing
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
 
 from common import openapi
 from common.connection_guard import ConnectionGuard, ConnectionLimits
@@ -50,6 +52,8 @@ from limiter import MemoryCapacity, RedisCapacity
 from quota import QuotaService, open_batch_store, open_redis, open_routing_store, open_store
 
 OPENAPI = openapi.document("tidegate gateway", gateway=True)
+
+Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 class Gateway:
@@ -135,13 +139,16 @@ class Gateway:
     async def openapi_route(self, request: Request) -> Response:
         return JSONResponse(OPENAPI)
 
+    def inference(self) -> dict[str, Endpoint]:
+        """The POST routes every inference request takes: each inbound API is a wire that the one path serves."""
+        return {"/v1/chat/completions": partial(self.proxy.serve, wire=CHAT),
+                "/v1/completions": partial(self.proxy.serve, wire=COMPLETIONS),
+                "/v1/messages": partial(self.proxy.serve, wire=MESSAGES),
+                "/v1/embeddings": partial(self.proxy.serve, wire=EMBEDDINGS)}
+
     def routes(self) -> list[BaseRoute]:
         return [
-            # each inbound API is a wire that the one path serves
-            Route("/v1/chat/completions", partial(self.proxy.serve, wire=CHAT), methods=["POST"]),
-            Route("/v1/completions", partial(self.proxy.serve, wire=COMPLETIONS), methods=["POST"]),
-            Route("/v1/messages", partial(self.proxy.serve, wire=MESSAGES), methods=["POST"]),
-            Route("/v1/embeddings", partial(self.proxy.serve, wire=EMBEDDINGS), methods=["POST"]),
+            *(Route(path, endpoint, methods=["POST"]) for path, endpoint in self.inference().items()),
             *self.responses.routes(),
             *self.batch.routes(),
             Route("/v1/models", models_endpoint(self.quota, self.router), methods=["GET"]),
@@ -157,6 +164,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
     """The app; the store opens and the health checks start when the server starts it (lifespan)."""
     settings = with_metrics_token(with_channel_keys(settings), generate=False)  # the server made it (server.py)
     app = Starlette(exception_handlers={Exception: _internal_error, HTTPException: _routing_error})
+    router = app.router = DirectRouter()
     limits = settings.server
     # read by the server's HTTP protocol (common.connection_guard) for every connection it accepts
     guard = ConnectionGuard(ConnectionLimits(limits.header_timeout, limits.max_header_bytes, limits.max_connections))
@@ -171,15 +179,36 @@ def create_app(settings: GatewaySettings) -> Starlette:
         gateway = Gateway(settings, await open_store(settings), guard)
         await gateway.quota.money.seed_prices(seed_prices(settings.prices))
         app.state.gateway = gateway
-        app.router.routes.extend(gateway.routes())
+        router.routes.extend(gateway.routes())
+        router.direct.update(gateway.inference())
         await gateway.start()
         try:
             yield
         finally:
             await gateway.close()
 
-    app.router.lifespan_context = lifespan
+    router.lifespan_context = lifespan
     return app
+
+
+class DirectRouter(routing.Router):
+    """Starlette's router, where an inference request (POST to a fixed path) finds its endpoint by one lookup
+    instead of a match against every route, and runs without the per-route wrapper; what it raises reaches the
+    app's exception middleware around the router, which answers as the wrapper would have."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.direct: dict[str, Endpoint] = {}
+
+    async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = self.direct.get(scope["path"])
+            if endpoint is not None:
+                scope.setdefault("router", self)
+                response = await endpoint(Request(scope, receive, send))
+                await response(scope, receive, send)
+                return
+        await super().app(scope, receive, send)
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:

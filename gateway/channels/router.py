@@ -50,11 +50,13 @@ class Router:
         self.routing = routing or Routing()
         self.affinity = affinity or PrefixAffinity()
         self._rng = rng or random.Random()
+        self._places: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {}  # by model, until the next update
 
     def update(self, channels: Iterable[ChannelState], groups: Mapping[str, ModelGroup]) -> None:
         # in place: the health checker, the breaker sync and the metrics hold this same list
         self.channels[:] = list(channels)
         self.groups = dict(groups)
+        self._places = {}
 
     def models(self) -> list[str]:
         return sorted({m for c in self.channels for m in c.config.models} | set(self.groups))
@@ -87,10 +89,16 @@ class Router:
     def price_places(self, model: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
         """Where `model` may be served, for pricing it when it has no price of its own: each channel of it and of
         its fallbacks, with the names a price there may be kept under (the public name served, the channel's public
-        names of that upstream model, the upstream model)."""
-        return tuple((channel.name, (served, *(p for p, up in channel.config.models.items() if up == upstream),
-                                     upstream))
-                     for served in fallback_chain(model, self.groups) for channel, upstream in self.targets(served))
+        names of that upstream model, the upstream model). Kept per served model until the channels change."""
+        places = self._places.get(model)
+        if places is not None:
+            return places
+        places = tuple((channel.name, (served, *(p for p, up in channel.config.models.items() if up == upstream),
+                                       upstream))
+                       for served in fallback_chain(model, self.groups) for channel, upstream in self.targets(served))
+        if self.serves(model):  # a name no channel serves is not kept: clients choose those
+            self._places[model] = places
+        return places
 
     def pick(self, model: str, exclude: Names = frozenset(), barred: Names = frozenset()) -> ChannelState | None:
         """A channel of `model`'s own targets, avoiding `exclude` while another choice exists, never `barred`."""

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
-from typing import TypeVar
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import Receive
 
-from common.event_stream import EventStreamResponse, StreamEnd, wait_for_disconnect
+from common.event_stream import EventStreamResponse, StreamEnd
+from common.fast_json import FastJSONResponse
 from common.request_body import read_body
 from common.request_id import request_id as request_id_of
 from config import GatewaySettings
@@ -24,6 +22,7 @@ from gateway.observe.tracing import Tracing
 from gateway.path.admission import bound_output, estimate_prompt_tokens, rate_headers, refusal
 from gateway.path.assembly import Assembly
 from gateway.path.client_wire import ClientWire
+from gateway.path.departure import ClientLeft, Departure
 from gateway.path.exchange import Exchange
 from gateway.path.priority import PriorityPools
 from gateway.path.relay import StreamRelay, outcome_error
@@ -32,8 +31,6 @@ from gateway.path.upstream import Answer, UpstreamClient, UpstreamRequest
 from gateway.path.upstream_answers import client_answer, is_reported
 from gateway.records import Endpoint, OpenAIRequest, Outcome, Usage
 from quota import KeyInfo, QuotaService
-
-T = TypeVar("T")
 
 # which public model answered: the one asked for, or a fallback of its group; absent when no upstream answered
 SERVED_MODEL = "x-tidegate-served-model"
@@ -61,12 +58,14 @@ class Proxy:
         trace = self.tracing.start_request("POST", request.url.path, request_id, request.headers)
         exchange = Exchange(self.quota, self.metrics, request_id, request.url.path, self._renew_interval, trace)
         ask: UpstreamRequest | None = None
+        departure = Departure(request.receive)
         try:
             if key is None:
                 key = await authenticate(self.quota, request)
             exchange.identify(key)
             limits = self.settings.server
             raw = await read_body(request, max_bytes=self.settings.max_body_bytes, timeout=limits.body_timeout)
+            departure.start()  # the body was read in full: what the client sends now can only be its leaving
             call = await wire.parse(raw, key, classes=set(self.pools.pools), max_depth=limits.max_json_depth)
             exchange.record.model, exchange.record.stream = call.model, call.stream
             trace.set_model(call.model)
@@ -74,7 +73,7 @@ class Proxy:
             headers = await self._admit(exchange, key, call, request_id)
             pool = self.pools.choose(key.priority_class, call.priority_class, key.class_ceiling)
             # a client that leaves while queued or waiting for the first token frees its slot and the upstream now
-            await _before_disconnect(exchange.take_slot(pool), request.receive)
+            await departure.until_left(exchange.take_slot(pool))
             deadline = exchange.started + self.settings.timeouts.total
             exchange.upstream_started = time.monotonic()
             salt = cache_scope_salt(key, self._salt_secret) or ""
@@ -85,28 +84,36 @@ class Proxy:
                                               pool.settings.queue_timeout),
                                   allowed=key.allows, barred=self._barred(call), streamable=call.endpoint.generates,
                                   prefix=exchange.prefix)
-            answer = await _before_disconnect(self.upstream.call(ask), request.receive)
+            answer = await departure.until_left(self.upstream.call(ask))
             exchange.hold_capacity(answer.capacity, self.upstream.release_capacity)
         except ClientLeft:
+            departure.stop()
             await exchange.end(499, Outcome.disconnected.value, _accepted(exchange, ask))
             return Response(status_code=499)  # nobody is there to read it
         except ApiError as error:
+            departure.stop()
             await exchange.end(error.status, "refused" if error.status < 500 else "failed", _accepted(exchange, ask))
             return _error_response(wire, error, headers={"x-request-id": request_id})
         except asyncio.CancelledError:
+            departure.stop()
             await exchange.end(499, "cancelled", _accepted(exchange, ask))
             raise
         except Exception:
+            departure.stop()
             await exchange.end(500, "error")
             raise
         exchange.record.channel, exchange.record.attempts = answer.channel.name, answer.attempts
         headers[SERVED_MODEL] = exchange.record.served_model = answer.model
         exchange.first_token()
-        if answer.events is not None and call.stream:
-            return self._stream(wire, exchange, answer, call, headers, deadline)
+        if answer.events is not None and not call.stream:
+            try:
+                return await self._assembled(departure, wire, exchange, answer, call.endpoint is Endpoint.chat,
+                                             headers, deadline)
+            finally:
+                departure.stop()
+        departure.stop()  # a stream's response watches for itself from here
         if answer.events is not None:
-            return await self._assembled(request, wire, exchange, answer, call.endpoint is Endpoint.chat, headers,
-                                         deadline)
+            return self._stream(wire, exchange, answer, call, headers, deadline)
         return await self._whole(wire, exchange, answer, call, headers)
 
     def _check_model(self, key: KeyInfo, call: OpenAIRequest) -> None:
@@ -160,15 +167,18 @@ class Proxy:
         await exchange.end(status, "ok" if status < 300 else "upstream_error", reply.usage)
         return Response(body, status, headers, media_type="application/json")
 
-    async def _assembled(self, request: Request, wire: ClientWire, exchange: Exchange, answer: Answer, chat: bool,
-                         headers: dict[str, str], deadline: float) -> Response:
+    async def _assembled(self, departure: Departure, wire: ClientWire, exchange: Exchange, answer: Answer,
+                         chat: bool, headers: dict[str, str], deadline: float) -> Response:
         """A non-streamed request answered from an upstream stream: one JSON body once the stream is done."""
         relay = StreamRelay(answer, wants_usage=True, deadline=deadline, idle=answer.channel.timeouts.idle)
         assembly = Assembly(chat, answer.model)
         stayed = False
         try:
             # a client that leaves is noticed at once: closing the upstream call stops the generation there
-            stayed = await _unless_disconnected(self._fold(relay, assembly), request.receive)
+            await departure.until_left(self._fold(relay, assembly))
+            stayed = True
+        except ClientLeft:
+            pass
         finally:
             if not stayed:
                 await relay.close(StreamEnd.disconnected)
@@ -185,7 +195,7 @@ class Proxy:
                 error = untranslatable
             else:
                 await exchange.end(200, relay.outcome.value, self._charged(exchange, relay))
-                return JSONResponse(whole, headers=headers)
+                return FastJSONResponse(whole, headers=headers)
         await exchange.end(error.status, relay.outcome.value, self._charged(exchange, relay))
         return _error_response(wire, error, headers)
 
@@ -224,31 +234,3 @@ def _accepted(exchange: Exchange, ask: UpstreamRequest | None) -> Usage | None:
 
 def _error_response(wire: ClientWire, error: ApiError, headers: dict[str, str]) -> Response:
     return JSONResponse(wire.error_body(error), error.status, {**headers, **error.headers})
-
-
-class ClientLeft(Exception):
-    """The client went away before the work it waited for was done."""
-
-
-async def _before_disconnect(work: Awaitable[T], receive: Receive) -> T:
-    """`work`'s result; once the client goes away first, the work is cancelled and ClientLeft raised."""
-    task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(wait_for_disconnect(receive))
-    try:
-        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        task.cancel()
-        watch.cancel()
-        await asyncio.gather(task, watch, return_exceptions=True)
-    if task.cancelled():
-        raise ClientLeft
-    return task.result()  # an unexpected failure of the work is the caller's
-
-
-async def _unless_disconnected(work: Awaitable[None], receive: Receive) -> bool:
-    """Runs `work` to its end and says True, or cancels it and says False when the client goes away first."""
-    try:
-        await _before_disconnect(work, receive)
-    except ClientLeft:
-        return False
-    return True

@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 
+from common import fast_json
 from common.event_stream import DONE_EVENT, StreamEnd, data_event, error_event, json_event
 from gateway.errors import ApiError
 from gateway.path.upstream import Answer
@@ -39,7 +40,7 @@ def _count(value: Any) -> int:
 def rewrite_body(answer: Answer) -> tuple[bytes, Usage | None]:
     """A whole (non-streamed) answer with the public model name back in place, and its usage."""
     try:
-        obj = json.loads(answer.body)
+        obj = fast_json.loads(answer.body)
     except ValueError:
         return answer.body, None
     if isinstance(obj, dict) and answer.model != answer.upstream_model and "model" in obj:
@@ -75,10 +76,10 @@ class StreamRelay:
         self._broke_off = False  # the upstream ended the stream without [DONE] and without an error of its own
 
     async def stream(self, before_end: Callable[[], Awaitable[None]]) -> AsyncIterator[bytes]:
-        """The client's events; `before_end` runs before the last one, so usage is settled by the time
-        the client sees the stream end."""
-        async for data in self.payloads():
-            out = self._transform(data)
+        """The client's events, those of one upstream read written together; `before_end` runs before the
+        last ones, so usage is settled by the time the client sees the stream end."""
+        async for batch in self.batches():
+            out = b"".join([event for data in batch if (event := self._transform(data))])
             if out:
                 if self._done:
                     await before_end()
@@ -93,7 +94,7 @@ class StreamRelay:
             if data == DONE:
                 continue
             try:
-                obj = json.loads(data)
+                obj = fast_json.loads(data)
             except (ValueError, RecursionError):
                 obj = None
             if not isinstance(obj, dict):
@@ -103,17 +104,24 @@ class StreamRelay:
             yield obj
 
     async def payloads(self) -> AsyncIterator[bytes]:
-        """Each event's data, the held first events first, the rest under the idle and total deadlines;
-        `outcome` says how the stream ended once this is exhausted."""
-        for data in self.answer.first_events:
-            self._done = self._done or data == DONE
-            yield data
+        """Each event's data, in order; `outcome` says how the stream ended once this is exhausted."""
+        async for batch in self.batches():
+            for data in batch:
+                yield data
+
+    async def batches(self) -> AsyncIterator[list[bytes]]:
+        """The events' data read by read, the held first events first, the rest under the idle and total
+        deadlines (one per read, not per event), never past `[DONE]`; `outcome` says how the stream ended once
+        this is exhausted."""
+        first = self._until_done(self.answer.first_events + self.answer.read_ahead)
+        if first:
+            yield first
         events = self.answer.events
         while events is not None and not self._done:
             remaining = self._deadline - time.monotonic()
             try:
                 async with asyncio.timeout(min(self._idle, max(remaining, 0.0))):
-                    data = await anext(events)
+                    batch = await anext(events)
             except StopAsyncIteration:
                 break
             except TimeoutError:
@@ -121,11 +129,17 @@ class StreamRelay:
                 return
             except (aiohttp.ClientError, ValueError):
                 break
-            self._done = data == DONE
-            yield data
+            yield self._until_done(batch)
         if not self._done and self.outcome is Outcome.ok:
             self.outcome = Outcome.cut
             self._broke_off = True
+
+    def _until_done(self, batch: list[bytes]) -> list[bytes]:
+        """The events of a read up to `[DONE]`, which ends the stream: nothing after it is relayed."""
+        if DONE in batch:
+            self._done = True
+            return batch[:batch.index(DONE) + 1]
+        return batch
 
     def _transform(self, data: bytes) -> bytes | None:
         if data == DONE:
@@ -135,7 +149,7 @@ class StreamRelay:
             self.chunks += 1
             return data_event(data)
         try:
-            obj = json.loads(data)
+            obj = fast_json.loads(data)
         except ValueError:
             return data_event(data)
         if not isinstance(obj, dict):

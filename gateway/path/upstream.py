@@ -15,7 +15,6 @@ it says nothing against the channel, so no tenant can open a breaker for everyon
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 from collections.abc import AsyncIterator, Callable
@@ -25,6 +24,7 @@ from typing import Any
 
 import aiohttp
 
+from common import fast_json
 from config import Retries
 from gateway.channels.affinity import RoutedPrefix
 from gateway.channels.kinds import kind_of
@@ -91,7 +91,8 @@ class Answer:
     attempts: int
     body: bytes = b""  # the whole body, when not streamed upstream or not 2xx
     first_events: list[bytes] = field(default_factory=list)  # events up to and including the first token
-    events: AsyncIterator[bytes] | None = None  # the rest of the stream; None for a whole body
+    read_ahead: list[bytes] = field(default_factory=list)  # what came after the first token in its read
+    events: AsyncIterator[list[bytes]] | None = None  # the rest of the stream, read by read; None for a whole body
     capacity: CapacityHold | None = None  # taken from shared limits; given back when the request ends
     _finished: bool = False
 
@@ -244,7 +245,7 @@ class UpstreamClient:
         t = channel.timeouts
         # the first-token and idle deadlines are enforced around reads; aiohttp only bounds the connect
         timeout = aiohttp.ClientTimeout(total=None, connect=t.connect, sock_connect=t.connect)
-        return await self._client.post(wire.url, data=json.dumps(wire.body).encode(), headers=headers,
+        return await self._client.post(wire.url, data=fast_json.dumps(wire.body), headers=headers,
                                        timeout=timeout)
 
     async def _read_head(self, answer: Answer, client_stream: bool, stream: bool) -> None:
@@ -263,10 +264,13 @@ class UpstreamClient:
             answer.body = wire.whole(status, await answer.response.read())
             return
         answer.events = wire.events(split_events(answer.response.content.iter_any()))
-        async for data in answer.events:
-            answer.first_events.append(data)
-            if data == DONE or has_content(json.loads(data)):
-                return
+        async for batch in answer.events:
+            for at, data in enumerate(batch):
+                if data == DONE or has_content(fast_json.loads(data)):
+                    answer.first_events += batch[:at + 1]
+                    answer.read_ahead = batch[at + 1:]
+                    return
+            answer.first_events += batch
         raise AttemptFailed(FailureKind.broken, "the stream ended before its first token")
 
 

@@ -26,14 +26,14 @@ def check_counts(**counts: int) -> None:
             raise ValueError(f"{name} must be a non-negative integer, not {value!r}")
 
 
-def _verdict(key: ApiKey | None, account: Account | None) -> AuthResult:
-    if key is None:
+def _verdict(key: ApiKey | None, info: KeyInfo | None) -> AuthResult:
+    if key is None or info is None:
         return AuthResult(False, None, "unknown")
     if key.revoked_at is not None:
         return AuthResult(False, None, "revoked")
     if key.expires_at is not None and key.expires_at <= datetime.now(UTC):
         return AuthResult(False, None, "expired")
-    return AuthResult(True, KeyInfo.of(key, account))
+    return AuthResult(True, info)
 
 
 class StoreUnavailable(Exception):
@@ -49,8 +49,8 @@ class QuotaService(ABC):
 
     def __init__(self, auth_cache_ttl: float) -> None:
         self._auth_ttl = auth_cache_ttl
-        # secret hash -> (when read, the key, its account)
-        self._auth_cache: dict[str, tuple[float, ApiKey | None, Account | None]] = {}
+        # secret hash -> (when read, the key, what the gateway is told of it: the key as its account bounds it)
+        self._auth_cache: dict[str, tuple[float, ApiKey | None, KeyInfo | None]] = {}
         self._last_stamped: dict[str, float] = {}
         self._accounts: dict[str, Account | None] = {}  # account id -> the record last read (its key's terms)
 
@@ -60,7 +60,7 @@ class QuotaService(ABC):
         now = time.monotonic()
         cached = self._auth_cache.get(digest)
         if cached is not None and now - cached[0] < self._auth_ttl:
-            _, key, account = cached
+            _, key, info = cached
         else:
             try:
                 key = await self._lookup_key(digest)
@@ -69,8 +69,9 @@ class QuotaService(ABC):
                 return AuthResult(False, None, "store_unavailable")
             if len(self._auth_cache) > 100_000:
                 self._auth_cache.clear()
-            self._auth_cache[digest] = (now, key, account)
-        verdict = _verdict(key, account)
+            info = None if key is None else KeyInfo.of(key, account)
+            self._auth_cache[digest] = (now, key, info)
+        verdict = _verdict(key, info)
         if key is not None and verdict.ok:
             await self._stamp_use(key.id, now)
         return verdict
@@ -84,7 +85,9 @@ class QuotaService(ABC):
         except Exception:  # an outage: the job waits, as a request would be refused with a 503
             logging.getLogger("tidegate.quota").warning("could not read the key %s", key_id)
             return AuthResult(False, None, "store_unavailable")
-        return _verdict(key, None if key is None else await self._account(key.account_id))
+        if key is None:
+            return _verdict(None, None)
+        return _verdict(key, KeyInfo.of(key, await self._account(key.account_id)))
 
     async def _account(self, account_id: str) -> Account | None:
         """The key's account (its cache_scope and ceilings); while the store is out of reach, the last one read."""

@@ -43,23 +43,28 @@ class AnthropicKind:
         except (AttributeError, TypeError, ValueError):
             return b""  # not a Messages answer: the gateway answers 502, as for any unreadable body
 
-    async def events(self, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    async def events(self, events: AsyncIterator[list[bytes]]) -> AsyncIterator[list[bytes]]:
         chunks = ChatChunks()
-        async for data in events:
-            try:
-                event = json.loads(data)
-            except (ValueError, RecursionError):
-                yield data  # passed on as it came: the relay cuts a stream it cannot read
-                return
-            try:
-                translated = chunks.add(event if isinstance(event, dict) else {})
-            except (AttributeError, TypeError, ValueError):
-                return  # not a Messages event: ended without [DONE], the relay reports the stream cut
-            for chunk in translated:
-                yield _encode(chunk)
-            if isinstance(event, dict) and event.get("type") == "message_stop":
-                yield DONE
-                return
+        async for batch in events:
+            out: list[bytes] = []
+            for data in batch:
+                try:
+                    event = json.loads(data)
+                except (ValueError, RecursionError):
+                    yield [*out, data]  # passed on as it came: the relay cuts a stream it cannot read
+                    return
+                try:
+                    translated = chunks.add(event if isinstance(event, dict) else {})
+                except (AttributeError, TypeError, ValueError):
+                    if out:
+                        yield out
+                    return  # not a Messages event: ended without [DONE], the relay reports the stream cut
+                out.extend(_encode(chunk) for chunk in translated)
+                if isinstance(event, dict) and event.get("type") == "message_stop":
+                    yield [*out, DONE]
+                    return
+            if out:
+                yield out
 
 
 def _encode(obj: dict[str, Any]) -> bytes:

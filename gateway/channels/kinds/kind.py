@@ -24,7 +24,7 @@ class ChannelKind(Protocol):
     `call` turns an OpenAI body for `path` (`/chat/completions` or `/completions`) into the upstream's request,
     raising a 400 `ApiError` naming the field it cannot carry. `whole` reads a whole answer body (any status)
     back into OpenAI's shape; `events` turns the upstream's SSE payloads into OpenAI chunk payloads, ending with
-    `[DONE]` when the upstream finished.
+    `[DONE]` when the upstream finished, batch by batch (a batch: the events of one upstream read).
 
         class Echo:
             def call(self, channel, path, body):
@@ -39,4 +39,4 @@ class ChannelKind(Protocol):
 
     def whole(self, status: int, body: bytes) -> bytes: ...
 
-    def events(self, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]: ...
+    def events(self, events: AsyncIterator[list[bytes]]) -> AsyncIterator[list[bytes]]: ...

@@ -17,5 +17,5 @@ class OpenAIKind:
     def whole(self, status: int, body: bytes) -> bytes:
         return body
 
-    def events(self, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    def events(self, events: AsyncIterator[list[bytes]]) -> AsyncIterator[list[bytes]]:
         return events

@@ -1,0 +1,74 @@
+"""JSON on the request path: orjson where it reads and writes exactly what the standard library would, the
+standard library for the rest, so that no value, byte or error differs, only the cost.
+
+orjson refuses NaN, Infinity, non-string keys and lone surrogates, reads integers past 64 bits as floats and
+writes NaN as `null`. So a text with a run of 19 or more digits is read by `json`, as is anything orjson refuses
+(which then gets `json`'s exact value or error), and an object holding a NaN or an infinity is written by
+`json`. Where orjson's output stands, it is byte for byte
+`json.dumps(obj, ensure_ascii=False, separators=(",", ":"))` except the spelling of floats below 1e-4 (`1e-7`
+for `1e-07`, `0.00001` for `1e-05`), which read back as the same numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import orjson
+from starlette.responses import JSONResponse
+
+# an integer orjson might read as a float (past 64 bits); a long fraction matches too and is merely read by json
+_LONG_NUMBER = re.compile(rb"[0-9]{19}")
+_LONG_NUMBER_TEXT = re.compile(r"[0-9]{19}")
+_NOT_DIGITS = bytes(sorted(set(range(256)) - set(b"0123456789")))
+
+
+def loads(data: bytes | str) -> Any:
+    """`json.loads(data)`: the same value, or the same ValueError (JSONDecodeError) with the same message."""
+    if isinstance(data, str):
+        long_number = _LONG_NUMBER_TEXT.search(data) is not None
+    else:  # counting digits is far cheaper than the search, and a text with fewer than 19 has no such run
+        long_number = len(data.translate(None, _NOT_DIGITS)) >= 19 and _LONG_NUMBER.search(data) is not None
+    if not long_number:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(data)
+
+
+def dumps(obj: Any, *, allow_nan: bool = True) -> bytes:
+    """`json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=allow_nan).encode()`, the same JSON
+    (see above for the spelling of small floats)."""
+    try:
+        out = orjson.dumps(obj)
+    except orjson.JSONEncodeError:
+        pass
+    else:
+        if b"null" not in out or not _has_non_finite(obj):
+            return out
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=allow_nan).encode()
+
+
+def _has_non_finite(obj: Any) -> bool:
+    """Whether a NaN or an infinity hides in `obj` (which orjson would have written as null)."""
+    stack = [obj]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                return True
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+    return False
+
+
+class FastJSONResponse(JSONResponse):
+    """Starlette's JSONResponse (compact, non-ASCII as is, NaN refused), written through `dumps`."""
+
+    def render(self, content: Any) -> bytes:
+        return dumps(content, allow_nan=False)

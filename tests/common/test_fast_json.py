@@ -1,0 +1,49 @@
+"""fast_json reads and writes what the standard library does: the same values, the same errors, the same JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from common import fast_json
+
+TEXTS = [b'{"model":"m","messages":[{"role":"user","content":"h\\u00e9llo \\ud83d\\ude00"}],"max_tokens":20}',
+         b'{"a":NaN,"b":-Infinity}', b'{"seed":123456789012345678901234567890}', b'[18446744073709551616]',
+         b'[1e400, 1.5e-7, -0.0, 0.1]', b'"\\ud800"', '{"é":[true,false,null]}', b'{"a":1,"a":2}']
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_reads_the_same_value_as_json(text: bytes | str) -> None:
+    assert repr(fast_json.loads(text)) == repr(json.loads(text))
+
+
+@pytest.mark.parametrize("text", [b'{"a":1', b"", b"[1,]", b"\xff", b'{"a":1}x'])
+def test_refuses_what_json_refuses_with_its_message(text: bytes) -> None:
+    with pytest.raises(ValueError) as expected:
+        json.loads(text)
+    with pytest.raises(ValueError) as refused:
+        fast_json.loads(text)
+    assert str(refused.value) == str(expected.value)
+
+
+OBJECTS: list[Any] = [{"id": "x", "choices": [{"index": 0, "delta": {"content": "é ✓ \u2028"}}], "n": 2**70},
+                      {"a": math.nan, "b": math.inf}, {1: "one"}, {"finish_reason": None}, ["\x00\x1f\"\\"]]
+
+
+@pytest.mark.parametrize("obj", OBJECTS)
+def test_writes_the_json_that_json_writes(obj: Any) -> None:
+    assert fast_json.dumps(obj) == json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def test_small_floats_read_back_as_the_same_numbers() -> None:
+    numbers = [1e-7, 2.5e-5, 7.336076906388567e-05, 5e-324]
+    assert json.loads(fast_json.dumps(numbers)) == numbers
+
+
+def test_a_response_refuses_nan_as_starlette_does() -> None:
+    with pytest.raises(ValueError):
+        fast_json.FastJSONResponse({"a": math.nan})
+    assert fast_json.FastJSONResponse({"a": "é"}).body == '{"a":"é"}'.encode()
