@@ -37,6 +37,10 @@ from gateway.channels.router import Router
 from gateway.channels.state import ChannelState, HealthChecker
 from gateway.channels.throughput import ThroughputWatch
 from gateway.errors import ApiError
+from gateway.mcp.calls import McpCalls
+from gateway.mcp.federation import McpFederation
+from gateway.mcp.registry import KIND as MCP_KIND
+from gateway.mcp.registry import McpRegistry
 from gateway.observe.metrics import ChannelLive, GatewayMetrics, LiveState
 from gateway.observe.tracing import setup_tracing
 from gateway.path.client_address import ClientAddressMiddleware
@@ -46,7 +50,7 @@ from gateway.path.proxy import Proxy
 from gateway.path.upstream import UpstreamClient
 from gateway.worker_settings import read_worker_settings
 from limiter import MemoryCapacity, RedisCapacity
-from quota import QuotaService, open_redis, open_routing_store, open_store
+from quota import QuotaService, open_record_store, open_redis, open_routing_store, open_store
 
 OPENAPI = openapi.document("tidegate gateway", gateway=True)
 
@@ -77,9 +81,14 @@ class Gateway:
         self.tracing = setup_tracing(settings.tracing)
         self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics, self.tracing)
         self.responses = ResponsesApi(self.proxy, quota, open_response_store(settings, self.redis))
+        self.mcp = McpRegistry(open_record_store(settings, MCP_KIND), settings.mcp_servers, settings.breaker,
+                               self._set_tool_price)
+        self.mcp_calls = McpCalls(self.mcp, quota, self.metrics, self.tracing, max(0.5, settings.lease_ttl / 3))
+        self.federation = McpFederation(self.mcp_calls, quota, settings.max_body_bytes)
+        self._serving = contextlib.AsyncExitStack()
         self.admin = AdminApi(quota, self.registry, configured_admin_key(settings),
                               tuple(settings.priority_classes), settings.currency,
-                              AdminWriteLimit(settings.admin_limits.writes_per_minute, self.redis))
+                              AdminWriteLimit(settings.admin_limits.writes_per_minute, self.redis), self.mcp)
         self.health = HealthChecker(self.router.channels, settings.health_check_interval, self.http,
                                     settings.health_check_timeout, settings.unhealthy_threshold)
         self.breaker_sync = None
@@ -88,12 +97,16 @@ class Gateway:
 
     async def start(self) -> None:
         await self.registry.start()
+        await self.mcp.start()
+        await self._serving.enter_async_context(self.federation.running())
         self.health.start()
         self.throughput.poller.start()  # polls only channels with rate_from: metrics (run-time ones too)
         if self.breaker_sync is not None:
             self.breaker_sync.start()
 
     async def close(self) -> None:
+        await self._serving.aclose()
+        await self.mcp.stop()
         await self.registry.stop()
         await self.health.stop()
         await self.throughput.poller.stop()
@@ -104,6 +117,10 @@ class Gateway:
         await self.responses.store.close()
         await self.quota.close()
         self.tracing.shutdown()
+
+    async def _set_tool_price(self, name: str, per_call: float) -> None:
+        # one call is charged as one input token: the per-million price is the per-call price times a million
+        await self.quota.money.set_price(name, {"input": per_call * 1_000_000, "output": 0})
 
     def live_state(self) -> LiveState:
         """What a metrics scrape reads: channels, breakers, priority queues, the store and connections."""
@@ -138,6 +155,7 @@ class Gateway:
             Route("/v1/messages", partial(self.proxy.serve, wire=MESSAGES), methods=["POST"]),
             Route("/v1/embeddings", partial(self.proxy.serve, wire=EMBEDDINGS), methods=["POST"]),
             *self.responses.routes(),
+            *self.federation.routes(),
             Route("/v1/models", models_endpoint(self.quota, self.router), methods=["GET"]),
             Route("/health", self.health_route, methods=["GET"]),
             Route("/metrics", self.metrics_route, methods=["GET"]),

@@ -34,7 +34,8 @@ from quota.rules.request_audit import MAX_LISTED
 from quota.rules.unit_cost import unit_costs, unit_costs_by_model
 from quota.stores.embedded.private_db import connect_private
 from quota.stores.embedded.store import DB_NAME
-from quota.stores.open import open_routing_store, open_store
+from quota.stores.open import open_record_store, open_routing_store, open_store
+from quota.stores.record_store import RecordSnapshot, RecordStore
 from quota.stores.redis.client import RedisClient, open_redis
 from quota.stores.routing_store import RoutingSnapshot, RoutingStore
 from quota.stores.service import QuotaService
@@ -61,6 +62,8 @@ __all__ = [
     "QuotaAdmin",
     "QuotaService",
     "RateInfo",
+    "RecordSnapshot",
+    "RecordStore",
     "RedisClient",
     "Reservation",
     "Role",
@@ -76,6 +79,7 @@ __all__ = [
     "from_micro",
     "grouped",
     "hash_secret",
+    "open_record_store",
     "open_redis",
     "open_routing_store",
     "open_store",

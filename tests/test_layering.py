@@ -37,13 +37,15 @@ FORBIDDEN = {
     "backend/executor/kernels": {"backend.executor.runner", "backend.executor.cuda_graphs", "backend.executor.model",
                                  "backend.executor.attention", "backend.executor.sample", "backend.executor.cpu"},
 }
-# The gateway's folders, each with the folders it may import: app -> apis -> path -> channels -> observe, and
-# admin -> channels. Modules outside a folder are leaves everyone may import, but the app and its server.
+# The gateway's folders, each with the folders it may import: app -> apis -> path -> channels -> observe,
+# admin -> channels, and apis and admin -> mcp -> path (a tool call takes the request path's admission).
+# Modules outside a folder are leaves everyone may import, but the app and its server.
 GATEWAY_BELOW = {
-    "apis": {"path", "channels", "observe"},
+    "apis": {"path", "channels", "observe", "mcp"},
+    "mcp": {"path", "channels", "observe"},
     "path": {"channels", "observe"},
     "channels": {"observe"},
-    "admin": {"channels", "observe"},
+    "admin": {"channels", "observe", "mcp"},
     "observe": set(),
 }
 GATEWAY_TOP = {"gateway", "gateway.app", "gateway.server", "gateway.worker_settings"}

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from config.stores import StoreSettings
+from quota.stores.embedded.records import SqliteRecords
 from quota.stores.embedded.routing import SqliteRouting
 from quota.stores.embedded.store import DB_NAME, EmbeddedQuotaService
+from quota.stores.record_store import RecordStore
 from quota.stores.routing_store import RoutingStore
 from quota.stores.service import QuotaService
 
@@ -25,3 +27,13 @@ def open_routing_store(settings: StoreSettings) -> RoutingStore:
 
         return RedisRouting(open_redis(settings.redis_url, timeout=settings.redis_timeout))
     return SqliteRouting(settings.resolved_data_dir() / DB_NAME)
+
+
+def open_record_store(settings: StoreSettings, kind: str) -> RecordStore:
+    """Named records of one `kind` (MCP servers), in the same store as the tenancy records."""
+    if settings.redis_url:
+        from quota.stores.redis.client import open_redis
+        from quota.stores.redis.records import RedisRecords
+
+        return RedisRecords(open_redis(settings.redis_url, timeout=settings.redis_timeout), kind)
+    return SqliteRecords(settings.resolved_data_dir() / DB_NAME, kind)
