@@ -80,10 +80,10 @@ class Gateway:
         upstream = UpstreamClient(self.router, settings.retries, self.session, limits=limits)
         self.tracing = setup_tracing(settings.tracing)
         self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics, self.tracing)
-        self.responses = ResponsesApi(self.proxy, quota, open_response_store(settings, self.redis))
         self.mcp = McpRegistry(open_record_store(settings, MCP_KIND), settings.mcp_servers, settings.breaker,
                                self._set_tool_price)
         self.mcp_calls = McpCalls(self.mcp, quota, self.metrics, self.tracing, max(0.5, settings.lease_ttl / 3))
+        self.responses = ResponsesApi(self.proxy, quota, open_response_store(settings, self.redis), self.mcp_calls)
         self.federation = McpFederation(self.mcp_calls, quota, settings.max_body_bytes)
         self._serving = contextlib.AsyncExitStack()
         self.admin = AdminApi(quota, self.registry, configured_admin_key(settings),
