@@ -84,7 +84,7 @@ class Gateway:
                                self._set_tool_price)
         self.mcp_calls = McpCalls(self.mcp, quota, self.metrics, self.tracing, max(0.5, settings.lease_ttl / 3))
         self.responses = ResponsesApi(self.proxy, quota, open_response_store(settings, self.redis), self.mcp_calls)
-        self.federation = McpFederation(self.mcp_calls, quota, settings.max_body_bytes)
+        self.federation = McpFederation(self.mcp_calls, quota, settings.max_body_bytes, settings.server.body_timeout)
         self._serving = contextlib.AsyncExitStack()
         self.admin = AdminApi(quota, self.registry, configured_admin_key(settings),
                               tuple(settings.priority_classes), settings.currency,

@@ -69,6 +69,16 @@ class ToolCall:
     headers: Mapping[str, str] = field(default_factory=dict)  # the client's, whose traceparent the call continues
 
 
+@dataclass(slots=True)
+class AdmittedCall:
+    call: ToolCall
+    upstream: McpUpstream
+    tool: str
+    exchange: Exchange
+    started: float
+    ended: bool = False
+
+
 class McpCalls:
     def __init__(self, registry: McpRegistry, quota: QuotaService, metrics: GatewayMetrics, tracing: Tracing,
                  renew_interval: float) -> None:
@@ -89,6 +99,11 @@ class McpCalls:
 
     async def call(self, call: ToolCall) -> types.CallToolResult:
         """The tool's result (its own errors included, as `isError`), or CallRefused."""
+        return await self.run(await self.admit(call))
+
+    async def admit(self, call: ToolCall) -> AdmittedCall:
+        """The call checked (the tool exists, the key may use it, the arguments fit) and admitted on its quotas;
+        CallRefused otherwise. An admitted call holds its reservation until `run` (or `release`) ends it."""
         started = time.monotonic()
         trace = self._tracing.start_request("POST", PATH, call.request_id, call.headers)
         exchange = Exchange(self._quota, self._metrics, call.request_id, PATH, self._renew_interval, trace)
@@ -101,18 +116,22 @@ class McpCalls:
             raise
         exchange.record.model, exchange.record.channel = model_name(upstream.name, tool), f"mcp:{upstream.name}"
         trace.set_model(exchange.record.model)
+        admitted = AdmittedCall(call, upstream, tool, exchange, started)
         try:
             await self._admit(exchange, call.key, upstream, tool)
         except CallRefused as refused:
-            await exchange.end(refused.status, "refused")
-            self._metrics.mcp.called(upstream.name, tool, refused.reason, time.monotonic() - started)
-            self._audit(call, upstream, tool, refused.reason, time.monotonic() - started)
+            await self._ended(admitted, refused.status, refused.reason)
             raise
+        return admitted
+
+    async def run(self, admitted: AdmittedCall) -> types.CallToolResult:
+        """Relays an admitted call to its server; settles, counts and audits it however it ends."""
+        call, upstream, tool, exchange = admitted.call, admitted.upstream, admitted.tool, admitted.exchange
         outcome = "ok"
         try:
             # the client's trace context goes on; with tracing on, the gateway's span replaces it as the parent
             meta: dict[str, Any] = {k: v for k, v in call.headers.items() if k in TRACE_FIELDS}
-            with trace.upstream_attempt(exchange.record.channel, tool, meta):
+            with exchange.trace.upstream_attempt(exchange.record.channel or "", tool, meta):
                 exchange.upstream_started = time.monotonic()
                 result = await upstream.call(tool, call.arguments, meta)
             outcome = "tool_error" if result.is_error else "ok"
@@ -126,10 +145,21 @@ class McpCalls:
             outcome = "cancelled"
             raise
         finally:
-            seconds = time.monotonic() - started
-            await exchange.end(STATUS.get(outcome, 499), outcome, Usage(1) if outcome in CHARGED else None)
-            self._metrics.mcp.called(upstream.name, tool, outcome, seconds)
-            self._audit(call, upstream, tool, outcome, seconds)
+            await self._ended(admitted, STATUS.get(outcome, 499), outcome)
+
+    async def release(self, admitted: AdmittedCall) -> None:
+        """Ends an admitted call that was never run (its request failed on the way), free of charge."""
+        await self._ended(admitted, 499, "not_run")
+
+    async def _ended(self, admitted: AdmittedCall, status: int, outcome: str) -> None:
+        if admitted.ended:
+            return
+        admitted.ended = True
+        seconds = time.monotonic() - admitted.started
+        await admitted.exchange.end(status, "refused" if status == 429 else outcome,
+                                    Usage(1) if outcome in CHARGED else None)
+        self._metrics.mcp.called(admitted.upstream.name, admitted.tool, outcome, seconds)
+        self._audit(admitted.call, admitted.upstream, admitted.tool, outcome, seconds)
 
     async def _resolve(self, call: ToolCall) -> tuple[McpUpstream, str]:
         parts = split_name(call.name)

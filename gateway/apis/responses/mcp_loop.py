@@ -10,8 +10,8 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import Message
 
+from common.request_body import replay_body
 from gateway.apis.responses.mcp_tools import (
     call_item,
     function_tool,
@@ -130,13 +130,4 @@ def replayed(request: Request, body: bytes) -> Request:
     client that leaves is still noticed (its connection's messages follow the body)."""
     headers = [(k, v) for k, v in request.scope["headers"] if k.lower() != b"content-length"]
     scope = {**request.scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
-    sent = False
-
-    async def receive() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await request.receive()
-
-    return Request(scope, receive)
+    return Request(scope, replay_body(body, request.receive))

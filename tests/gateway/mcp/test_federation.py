@@ -8,6 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import httpx
 import pytest
 from mcp import MCPError
 from mcp_types import TextContent
@@ -124,13 +125,18 @@ async def test_past_its_rpm_a_key_gets_a_429_with_retry_after(federated: Gateway
             await client.call_tool("beta__echo", {"text": "hi"})
     assert limited.value.code == RATE_LIMITED
     assert limited.value.data["status"] == 429 and limited.value.data["retry_after"] > 0
+    async with httpx.AsyncClient() as http:  # what a proxy or a plain HTTP client sees of the same refusal
+        answer = await http.post(f"{federated.url}/mcp", headers={
+            "authorization": f"Bearer {secret}", "accept": "application/json, text/event-stream"}, json={
+            "jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "beta__echo", "arguments": {}}})
+    assert answer.status_code == 429 and int(answer.headers["retry-after"]) >= 1
+    assert answer.headers["x-ratelimit-limit-requests"] == "2"
+    assert answer.json()["id"] == 7 and answer.json()["error"]["code"] == RATE_LIMITED
     metrics = (await federated.admin.get("/metrics")).text
-    assert 'tidegate_mcp_calls_total{outcome="rate_limit_exceeded",server="beta",tool="echo"} 1.0' in metrics
+    assert 'tidegate_mcp_calls_total{outcome="rate_limit_exceeded",server="beta",tool="echo"} 2.0' in metrics
 
 
 async def test_mcp_without_a_valid_key_is_a_401(federated: GatewayHarness) -> None:
-    import httpx
-
     async with httpx.AsyncClient() as http:
         answer = await http.post(f"{federated.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
                                  headers={"authorization": "Bearer tg-wrong", "accept": "application/json"})
