@@ -37,7 +37,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def run_calls(url: str, headers: dict[str, str], concurrency: int, calls: int) -> list[float]:
+async def run_calls(url: str, tool: str, headers: dict[str, str], concurrency: int, calls: int) -> list[float]:
     """Seconds per call, `calls` in all, over `concurrency` sessions each calling in turn."""
     latencies: list[float] = []
     remaining = calls
@@ -50,8 +50,7 @@ async def run_calls(url: str, headers: dict[str, str], concurrency: int, calls: 
             while remaining > 0:
                 remaining -= 1
                 started = time.perf_counter()
-                result = await client.call_tool("bench__echo" if "/mcp" in url and headers else "echo",
-                                                {"text": "hello"})
+                result = await client.call_tool(tool, {"text": "hello"})
                 latencies.append(time.perf_counter() - started)
                 assert not result.is_error
 
@@ -62,8 +61,7 @@ async def run_calls(url: str, headers: dict[str, str], concurrency: int, calls: 
 def summary(latencies: list[float]) -> dict[str, float]:
     ordered = sorted(latencies)
     return {"median_ms": round(statistics.median(ordered) * 1000, 2),
-            "p95_ms": round(ordered[int(len(ordered) * 0.95) - 1] * 1000, 2),
-            "calls_per_s": 0.0}
+            "p95_ms": round(ordered[int(len(ordered) * 0.95) - 1] * 1000, 2)}
 
 
 async def measure(args: argparse.Namespace, workdir: Path) -> dict[str, object]:
@@ -81,15 +79,15 @@ async def measure(args: argparse.Namespace, workdir: Path) -> dict[str, object]:
         account = httpx.post(f"{gateway.url}/admin/accounts", json={"name": "bench"}, headers=admin).json()["id"]
         secret = httpx.post(f"{gateway.url}/admin/keys", json={"account_id": account}, headers=admin).json()["key"]
         results: dict[str, object] = {"concurrency": args.concurrency, "calls": args.calls}
-        for name, url, headers in (("direct", f"{tool.url}/mcp", {}),
-                                   ("gateway", f"{gateway.url}/mcp", {"authorization": f"Bearer {secret}"})):
-            await run_calls(url, headers, args.concurrency, args.concurrency * 4)  # warm up
+        for name, url, tool_name, headers in (
+                ("direct", f"{tool.url}/mcp", "echo", {}),
+                ("gateway", f"{gateway.url}/mcp", "bench__echo", {"authorization": f"Bearer {secret}"})):
+            await run_calls(url, tool_name, headers, args.concurrency, args.concurrency * 4)  # warm up
             assert gateway.proc is not None
             cpu, started = cpu_seconds(gateway.proc.pid), time.perf_counter()
-            latencies = await run_calls(url, headers, args.concurrency, args.calls)
+            latencies = await run_calls(url, tool_name, headers, args.concurrency, args.calls)
             elapsed = time.perf_counter() - started
-            stats = summary(latencies)
-            stats["calls_per_s"] = round(len(latencies) / elapsed, 1)
+            stats = {**summary(latencies), "calls_per_s": round(len(latencies) / elapsed, 1)}
             if name == "gateway":
                 stats["gateway_cpu_ms_per_call"] = round((cpu_seconds(gateway.proc.pid) - cpu) / len(latencies)
                                                          * 1000, 3)
