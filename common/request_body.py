@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
+from starlette.types import Message, Receive
 
 from common import fast_json
 from common.openai_errors import ApiError
@@ -45,6 +46,21 @@ async def read_body(request: Request, *, max_bytes: int, timeout: float,
         raise ApiError(499, "the client closed the connection before the body ended", "invalid_request_error",
                        "client_disconnected") from None
     return bytes(data)
+
+
+def replay_body(body: bytes, receive: Receive) -> Receive:
+    """An ASGI receive that yields `body` whole once, then the connection's own messages (so that a disconnect
+    is still seen): for handing a body already read to another app, or a new body to the same path."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
 
 
 def decode_json(raw: bytes, *, max_depth: int, allow_nan: bool = True, invalid_code: str | None = None) -> Any:

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, IPvAnyNetwork, field_validator, model_validator
 
 from config.batch import BatchSettings
+from config.mcp import McpServer
 from config.model_groups import ModelGroup, Routing, group_problem
 from config.stores import StoreSettings
 
@@ -270,6 +271,8 @@ class GatewaySettings(StoreSettings):
     # what one account's stored responses may take (bytes, as stored); past it a request with store: true is a 429
     responses_max_stored_bytes_per_account: int = Field(default=64 * 1024 * 1024, ge=1024)
     batch: BatchSettings = Field(default_factory=BatchSettings)  # the Files and Batch APIs (config/batch.py)
+    # MCP servers federated on /mcp (config.mcp); the store's, changed through /admin/mcp-servers, replace them
+    mcp_servers: list[McpServer] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _consistent(self) -> GatewaySettings:
@@ -277,6 +280,9 @@ class GatewaySettings(StoreSettings):
         duplicated = sorted({n for n in names if names.count(n) > 1})
         if duplicated:
             raise ValueError(f"channel names must be unique, repeated: {', '.join(duplicated)}")
+        servers = [s.name for s in self.mcp_servers]
+        if len(set(servers)) != len(servers):
+            raise ValueError("mcp_servers names must be unique")
         if self.default_priority_class not in self.priority_classes:
             raise ValueError(
                 f"default_priority_class {self.default_priority_class!r} is not one of "

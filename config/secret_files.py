@@ -53,11 +53,14 @@ def read_secret(path: Path, what: str) -> str:
 
 
 def with_channel_keys(settings: GatewaySettings) -> GatewaySettings:
-    """The settings with each channel's `api_key_file` read into its `api_key` (once, at start)."""
+    """The settings with each channel's and MCP server's `api_key_file` read into its `api_key` (once, at start)."""
     channels = [c if c.api_key_file is None else c.model_copy(update={
         "api_key": read_secret(c.api_key_file, f"channels.{c.name}.api_key_file"), "api_key_file": None})
         for c in settings.channels]
-    return settings.model_copy(update={"channels": channels})
+    servers = [s if s.api_key_file is None else s.model_copy(update={
+        "api_key": read_secret(s.api_key_file, f"mcp_servers.{s.name}.api_key_file"), "api_key_file": None})
+        for s in settings.mcp_servers]
+    return settings.model_copy(update={"channels": channels, "mcp_servers": servers})
 
 
 def with_metrics_token(settings: GatewaySettings, generate: bool) -> GatewaySettings:

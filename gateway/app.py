@@ -40,6 +40,10 @@ from gateway.channels.router import Router
 from gateway.channels.state import ChannelState, HealthChecker
 from gateway.channels.throughput import ThroughputWatch
 from gateway.errors import ApiError
+from gateway.mcp.calls import McpCalls
+from gateway.mcp.federation import McpFederation
+from gateway.mcp.registry import KIND as MCP_KIND
+from gateway.mcp.registry import McpRegistry
 from gateway.observe.metrics import ChannelLive, GatewayMetrics, LiveState
 from gateway.observe.tracing import setup_tracing
 from gateway.path.client_address import ClientAddressMiddleware
@@ -49,7 +53,14 @@ from gateway.path.proxy import Proxy
 from gateway.path.upstream import UpstreamClient
 from gateway.worker_settings import read_worker_settings
 from limiter import MemoryCapacity, RedisCapacity
-from quota import QuotaService, open_batch_store, open_redis, open_routing_store, open_store
+from quota import (
+    QuotaService,
+    open_batch_store,
+    open_record_store,
+    open_redis,
+    open_routing_store,
+    open_store,
+)
 
 OPENAPI = openapi.document("tidegate gateway", gateway=True)
 
@@ -81,11 +92,16 @@ class Gateway:
         upstream = UpstreamClient(self.router, settings.retries, self.session, limits=limits)
         self.tracing = setup_tracing(settings.tracing)
         self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics, self.tracing)
-        self.responses = ResponsesApi(self.proxy, quota, open_response_store(settings, self.redis))
+        self.mcp = McpRegistry(open_record_store(settings, MCP_KIND), settings.mcp_servers, settings.breaker,
+                               self._set_tool_price)
+        self.mcp_calls = McpCalls(self.mcp, quota, self.metrics, self.tracing, max(0.5, settings.lease_ttl / 3))
+        self.responses = ResponsesApi(self.proxy, quota, open_response_store(settings, self.redis), self.mcp_calls)
+        self.federation = McpFederation(self.mcp_calls, quota, settings.max_body_bytes, settings.server.body_timeout)
+        self._serving = contextlib.AsyncExitStack()
         self.batch = BatchApis(settings, quota, open_batch_store(settings), self.proxy, self.pools, self.responses)
         self.admin = AdminApi(quota, self.registry, configured_admin_key(settings),
                               tuple(settings.priority_classes), settings.currency,
-                              AdminWriteLimit(settings.admin_limits.writes_per_minute, self.redis),
+                              AdminWriteLimit(settings.admin_limits.writes_per_minute, self.redis), self.mcp,
                               batches=self.batch.store)
         self.health = HealthChecker(self.router.channels, settings.health_check_interval, self.http,
                                     settings.health_check_timeout, settings.unhealthy_threshold)
@@ -95,6 +111,8 @@ class Gateway:
 
     async def start(self) -> None:
         await self.registry.start()
+        await self.mcp.start()
+        await self._serving.enter_async_context(self.federation.running())
         self.health.start()
         self.throughput.poller.start()  # polls only channels with rate_from: metrics (run-time ones too)
         if self.breaker_sync is not None:
@@ -103,6 +121,8 @@ class Gateway:
 
     async def close(self) -> None:
         await self.batch.close()
+        await self._serving.aclose()
+        await self.mcp.stop()
         await self.registry.stop()
         await self.health.stop()
         await self.throughput.poller.stop()
@@ -113,6 +133,10 @@ class Gateway:
         await self.responses.store.close()
         await self.quota.close()
         self.tracing.shutdown()
+
+    async def _set_tool_price(self, name: str, per_call: float) -> None:
+        # one call is charged as one input token: the per-million price is the per-call price times a million
+        await self.quota.money.set_price(name, {"input": per_call * 1_000_000, "output": 0})
 
     def live_state(self) -> LiveState:
         """What a metrics scrape reads: channels, breakers, priority queues, the store and connections."""
@@ -151,6 +175,7 @@ class Gateway:
             *(Route(path, endpoint, methods=["POST"]) for path, endpoint in self.inference().items()),
             *self.responses.routes(),
             *self.batch.routes(),
+            *self.federation.routes(),
             Route("/v1/models", models_endpoint(self.quota, self.router), methods=["GET"]),
             Route("/health", self.health_route, methods=["GET"]),
             Route("/metrics", self.metrics_route, methods=["GET"]),

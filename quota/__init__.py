@@ -35,7 +35,8 @@ from quota.rules.unit_cost import unit_costs, unit_costs_by_model
 from quota.stores.batches.store import BatchStore, LineResult, Progress
 from quota.stores.embedded.private_db import connect_private
 from quota.stores.embedded.store import DB_NAME
-from quota.stores.open import open_batch_store, open_routing_store, open_store
+from quota.stores.open import open_batch_store, open_record_store, open_routing_store, open_store
+from quota.stores.record_store import RecordSnapshot, RecordStore
 from quota.stores.redis.client import RedisClient, open_redis
 from quota.stores.routing_store import RoutingSnapshot, RoutingStore
 from quota.stores.service import QuotaService
@@ -65,6 +66,8 @@ __all__ = [
     "QuotaAdmin",
     "QuotaService",
     "RateInfo",
+    "RecordSnapshot",
+    "RecordStore",
     "RedisClient",
     "Reservation",
     "Role",
@@ -81,6 +84,7 @@ __all__ = [
     "grouped",
     "hash_secret",
     "open_batch_store",
+    "open_record_store",
     "open_redis",
     "open_routing_store",
     "open_store",

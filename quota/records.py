@@ -166,6 +166,14 @@ class CreatedKey:
     secret: str
 
 
+def listed(models: list[str], model: str) -> bool:
+    """Whether an allowlist names the model: by its name, or an MCP tool by its server's `mcp:server__*`."""
+    if model in models:
+        return True
+    server, separator, _ = model.partition("__")
+    return model.startswith("mcp:") and bool(separator) and f"{server}__*" in models
+
+
 @dataclass(slots=True, frozen=True)
 class KeyInfo:
     """What the gateway needs to know about an authenticated key."""
@@ -182,7 +190,7 @@ class KeyInfo:
     class_ceiling: str | None = None  # its account's max_priority_class
 
     def allows(self, model: str) -> bool:
-        return self.models is None or model in self.models
+        return self.models is None or listed(self.models, model)
 
     def levels(self) -> list[tuple[Level, str]]:
         """The levels an admission with this key passes, key first and account last."""
@@ -193,7 +201,7 @@ class KeyInfo:
         """The key as its account bounds it: only models both allow, the account's class ceiling."""
         models = key.models
         if account is not None and account.models is not None:
-            models = [m for m in (account.models if models is None else models) if m in account.models]
+            models = [m for m in (account.models if models is None else models) if listed(account.models, m)]
         return cls(key.id, key.name, key.account_id, key.sub_account_id, models, key.priority_class,
                    key.expires_at, None if key.allowed_ips is None else tuple(key.allowed_ips),
                    "account" if account is None else account.cache_scope,

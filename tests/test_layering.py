@@ -38,13 +38,16 @@ FORBIDDEN = {
                                  "backend.executor.attention", "backend.executor.sample", "backend.executor.cpu"},
 }
 # The gateway's folders, each with the folders it may import: app -> apis -> path -> channels -> observe,
-# admin -> channels, and batch -> apis (a batch line is served by the inbound API it names). Modules outside a folder are leaves everyone may import, but the app and its server.
+# admin -> channels, apis and admin -> mcp -> path (a tool call takes the request path's admission), and
+# batch -> apis (a batch line is served by the inbound API it names). Modules outside a folder are leaves everyone
+# may import, but the app and its server.
 GATEWAY_BELOW = {
     "batch": {"apis", "path", "channels", "observe"},
-    "apis": {"path", "channels", "observe"},
+    "apis": {"path", "channels", "observe", "mcp"},
+    "mcp": {"path", "channels", "observe"},
     "path": {"channels", "observe"},
     "channels": {"observe"},
-    "admin": {"channels", "observe"},
+    "admin": {"channels", "observe", "mcp"},
     "observe": set(),
 }
 GATEWAY_TOP = {"gateway", "gateway.app", "gateway.server", "gateway.worker_settings"}

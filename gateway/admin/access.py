@@ -51,7 +51,7 @@ READERS = frozenset({*STAFF, Role.viewer})
 TENANT_WRITERS = frozenset({*STAFF, Role.account_admin})
 EVERYONE = frozenset(Role)
 
-# in the order Starlette tries them: the channels' PATCH before the generic one
+# in the order Starlette tries them: the channels' and MCP servers' PATCH before the generic one
 RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/admin/channels"): Rule(READERS, "channels.list"),
     ("POST", "/admin/channels"): Rule(STAFF, "channels.create"),
@@ -62,6 +62,11 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/admin/model-groups/{name}"): Rule(READERS, "model-groups.read"),
     ("PUT", "/admin/model-groups/{name}"): Rule(STAFF, "model-groups.set"),
     ("DELETE", "/admin/model-groups/{name}"): Rule(STAFF, "model-groups.remove"),
+    ("GET", "/admin/mcp-servers"): Rule(READERS, "mcp-servers.list"),
+    ("POST", "/admin/mcp-servers"): Rule(STAFF, "mcp-servers.create"),
+    ("GET", "/admin/mcp-servers/{name}"): Rule(READERS, "mcp-servers.read"),
+    ("PATCH", "/admin/mcp-servers/{name}"): Rule(STAFF, "mcp-servers.update"),
+    ("DELETE", "/admin/mcp-servers/{name}"): Rule(STAFF, "mcp-servers.remove"),
     ("POST", "/admin/accounts"): Rule(STAFF, "accounts.create"),
     ("GET", "/admin/accounts"): Rule(EVERYONE, "accounts.list", Scope.accounts),
     ("GET", "/admin/accounts/{id}"): Rule(EVERYONE, "accounts.read", Scope.account),

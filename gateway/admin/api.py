@@ -22,11 +22,13 @@ from gateway.admin.batches import batch_handlers
 from gateway.admin.body import json_body, reject_unknown
 from gateway.admin.ceilings import within_account
 from gateway.admin.channels import channel_handlers
+from gateway.admin.mcp_servers import mcp_server_handlers
 from gateway.admin.money import AdminMoney
 from gateway.admin.write_limit import AdminWriteLimit
 from gateway.auth import client_address
 from gateway.channels.registry import ChannelRegistry
 from gateway.errors import ApiError, invalid_request, not_found, unavailable
+from gateway.mcp.registry import McpRegistry
 from limiter import REDIS_DOWN
 from quota import UNSET, AuditEntry, BatchStore, InvalidRequest, NotFound, Quota, QuotaService
 
@@ -62,7 +64,8 @@ class AdminApi:
 
     def __init__(self, quota: QuotaService, registry: ChannelRegistry, admin_key: str | None,
                  priority_classes: tuple[str, ...] = (), currency: str = "USD",
-                 writes: AdminWriteLimit | None = None, batches: BatchStore | None = None):
+                 writes: AdminWriteLimit | None = None, mcp: McpRegistry | None = None,
+                 batches: BatchStore | None = None):
         self._quota = quota
         self._admin = quota.admin
         self._admin_keys = quota.admin_keys
@@ -73,11 +76,14 @@ class AdminApi:
         self._classes = priority_classes
         self._writes = writes or AdminWriteLimit(AdminLimits().writes_per_minute, None)
         self._batches = batches
+        self._mcp = mcp
 
     def routes(self) -> list[Route]:
         """One route per row of the route table, served by the handler its action names."""
         handlers = {**channel_handlers(self._registry, json_body), **self._handlers(), **self._money.handlers(),
                     **batch_handlers(self._batches)}
+        if self._mcp is not None:
+            handlers.update(mcp_server_handlers(self._mcp, json_body))
         assert set(handlers) == {rule.action for rule in RULES.values()}, "each handler has one row and no more"
         return [Route(path, self._wrap(handlers[rule.action]), methods=[method])
                 for (method, path), rule in RULES.items()]

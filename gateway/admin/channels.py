@@ -57,7 +57,7 @@ class ChannelAdmin:
         return channel_view(self._channel(request))
 
     async def add_channel(self, request: Request) -> Any:
-        config = _validated(Channel, await self._read_json(request))
+        config = validated_record(Channel, await self._read_json(request))
         if not NAME.match(config.name):
             raise invalid_request("name: letters, digits, '.', '_' and '-' only, at most 64", "name")
         if config.name in self._registry.channels:
@@ -75,7 +75,7 @@ class ChannelAdmin:
         record = channel_record(state.config)
         if changes.get("base_url", state.config.base_url) != state.config.base_url and "api_key" not in changes:
             record["api_key"] = None  # a stored key is never sent to a destination it was not set for
-        config = _validated(Channel, {**record, **changes})
+        config = validated_record(Channel, {**record, **changes})
         return channel_view(await self._registry.put_channel(config))
 
     async def remove_channel(self, request: Request) -> Any:
@@ -95,7 +95,7 @@ class ChannelAdmin:
         name = request.path_params["name"]
         if not NAME.match(name):
             raise invalid_request("a model name: letters, digits, '.', '_' and '-' only, at most 64")
-        group = _validated(ModelGroup, await self._read_json(request))
+        group = validated_record(ModelGroup, await self._read_json(request))
         others = {n: g for n, g in self._registry.groups.items() if n != name}
         problem = group_problem(name, group, others, self._registry.channels, self._implicit())
         if problem is not None:
@@ -130,7 +130,7 @@ class ChannelAdmin:
         return {"name": name, "targets": targets, "fallbacks": [], "implicit": True}
 
 
-def _validated(kind: type[M], body: dict[str, Any]) -> M:
+def validated_record(kind: type[M], body: dict[str, Any]) -> M:
     if body.get("api_key_file") is not None:  # a path on the gateway's disk: its content would go upstream
         raise invalid_request("api_key_file: for config files only; send api_key")
     try:

@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from gateway.observe.mcp_metrics import McpMetrics
 from gateway.observe.spend_metrics import SpendMetrics
 
 BREAKER_VALUE = {"closed": 0, "half_open": 1, "open": 2}
@@ -104,6 +105,7 @@ class GatewayMetrics:
                                      "whether the channel served them from its prefix cache",
                                      ["channel", "cache"], registry=reg)
         self.spend = SpendMetrics(reg, self.model_label, per_account)
+        self.mcp = McpMetrics(reg)
         self.registry.register(_LiveState(live))
 
     def observe(self, path: str, model: str | None, channel: str | None, status: int, outcome: str,

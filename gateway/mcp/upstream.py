@@ -1,0 +1,175 @@
+"""One registered MCP server as the gateway reaches it: an MCP client session per call over a pooled HTTP client,
+the server's tool list cached for `tools_ttl`, layered timeouts, one retry where nothing was sent, a breaker."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from enum import StrEnum
+from typing import Any, cast
+
+import anyio
+import httpx2
+import mcp_types as types
+from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from config import Breaker
+from config.mcp import McpServer
+from gateway.channels.breaker import BreakerState, CircuitBreaker
+
+log = logging.getLogger("tidegate.gateway.mcp")
+CONNECT_RETRY_DELAY = 0.05
+
+
+class Failure(StrEnum):
+    """Why a call got no result from its server; each is an outcome label and an MCP error."""
+
+    timeout = "timeout"  # the server took longer than its call deadline
+    unavailable = "unavailable"  # could not connect, or the connection broke
+    breaker_open = "breaker_open"  # the server failed recently: no call is sent until its cooldown ends
+    too_large = "result_too_large"  # the result is over the server's max_result_bytes
+    server_error = "server_error"  # the server answered the call with a JSON-RPC error
+
+
+class UpstreamFailure(Exception):
+    def __init__(self, failure: Failure, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.failure = failure
+        self.code = code  # the server's JSON-RPC error code, for a server_error
+
+
+class McpUpstream:
+    def __init__(self, config: McpServer, breaker: Breaker) -> None:
+        self.config = config
+        self.breaker = CircuitBreaker(breaker)
+        self.in_flight = 0
+        self._http = self._client(config)
+        self._tools: list[types.Tool] = []
+        self._tools_read = -float("inf")
+        self._mode = "auto"  # how to open a session; once the server is known, its version without a probe
+
+    @staticmethod
+    def _client(config: McpServer) -> httpx2.AsyncClient:
+        headers = {"authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+        timeouts = httpx2.Timeout(config.timeouts.call, connect=config.timeouts.connect)
+        return httpx2.AsyncClient(headers=headers, timeout=timeouts,
+                                  limits=httpx2.Limits(max_connections=None, max_keepalive_connections=64))
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def reconfigure(self, config: McpServer) -> httpx2.AsyncClient | None:
+        """Takes a changed record in place (its breaker and counts stay); the old HTTP client when it must go."""
+        old = None
+        if (config.url, config.api_key, config.timeouts) != (self.config.url, self.config.api_key,
+                                                            self.config.timeouts):
+            old, self._http = self._http, self._client(config)
+            self._tools_read, self._mode = -float("inf"), "auto"
+        self.config = config
+        return old
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def tools(self) -> list[types.Tool]:
+        """The server's tools, read again once `tools_ttl` has passed; the last list read while it is away."""
+        if time.monotonic() - self._tools_read < self.config.tools_ttl:
+            return self._tools
+        if self.breaker.state is BreakerState.open:
+            return self._tools
+        try:
+            with anyio.fail_after(self.config.timeouts.list):
+                async with self._session() as client:
+                    listed = await client.list_tools()
+        except Exception as exc:
+            log.warning("mcp server %s: listing its tools failed (%s)", self.name, type(exc).__name__)
+            return self._tools
+        self._tools, self._tools_read = list(listed.tools), time.monotonic()
+        return self._tools
+
+    async def call(self, tool: str, arguments: dict[str, Any] | None, meta: dict[str, Any]) -> types.CallToolResult:
+        """The tool's result, or UpstreamFailure; a tool that reports its own error (`isError`) is a result."""
+        if not self.breaker.acquire():
+            raise UpstreamFailure(Failure.breaker_open, f"MCP server {self.name!r} is failing; retry shortly")
+        self.in_flight += 1
+        healthy: bool | None = None
+        try:
+            result = await self._call(tool, arguments, meta)
+            healthy = True
+        except UpstreamFailure as failure:
+            healthy = failure.failure is Failure.server_error  # it answered: the server itself is up
+            raise
+        finally:
+            self.in_flight -= 1
+            if healthy is None:
+                self.breaker.abandon()  # the caller left before any outcome
+            else:
+                self.breaker.record(healthy)
+        size = len(result.model_dump_json(by_alias=True, exclude_none=True))
+        if size > self.config.max_result_bytes:
+            raise UpstreamFailure(Failure.too_large, f"the tool's result ({size} bytes) is over this server's "
+                                  f"limit of {self.config.max_result_bytes} bytes")
+        return result
+
+    async def _call(self, tool: str, arguments: dict[str, Any] | None,
+                    meta: dict[str, Any]) -> types.CallToolResult:
+        timeouts = self.config.timeouts
+        try:
+            with anyio.fail_after(timeouts.call):
+                async with self._session() as client:
+                    return await client.call_tool(tool, arguments, meta=cast(types.RequestParamsMeta, meta or {}))
+        except TimeoutError:
+            raise UpstreamFailure(Failure.timeout, f"MCP server {self.name!r} did not answer within "
+                                  f"{timeouts.call:g}s") from None
+        except MCPError as error:
+            raise UpstreamFailure(Failure.server_error, f"MCP server {self.name!r}: {error.message}",
+                                  error.code) from None
+        except Exception as exc:
+            log.warning("mcp server %s: call failed (%s)", self.name, _cause(exc))
+            raise UpstreamFailure(Failure.unavailable, f"MCP server {self.name!r} is unreachable or broke "
+                                  "the connection") from None
+
+    @asynccontextmanager
+    async def _session(self) -> AsyncIterator[Client]:
+        """An open client session, inside the caller's deadline; the TCP connect has its own (the HTTP client's)."""
+        async with AsyncExitStack() as stack:
+            client = await self._open(stack)
+            version = client.protocol_version
+            self._mode = version if version in MODERN_PROTOCOL_VERSIONS else "legacy"
+            yield client
+
+    async def _open(self, stack: AsyncExitStack) -> Client:
+        for attempt in (1, 2):
+            client = Client(streamable_http_client(self.config.url, http_client=self._http, terminate_on_close=False),
+                            mode=self._mode, cache=None, read_timeout_seconds=self.config.timeouts.call)
+            try:
+                return await stack.enter_async_context(client)
+            except Exception as exc:
+                # retried only when the connection was never made: nothing was sent, so nothing can run twice
+                if attempt == 2 or not _refused(exc):
+                    raise
+                await anyio.sleep(CONNECT_RETRY_DELAY)
+        raise AssertionError("unreachable")
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether the connection was never made (so the request was never sent, and a retry is safe)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_refused(e) for e in exc.exceptions)
+    return isinstance(exc, httpx2.ConnectError | ConnectionRefusedError)
+
+
+def _cause(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        return ", ".join(_cause(e) for e in exc.exceptions)
+    return type(exc).__name__
+
+
+def arguments_size(arguments: dict[str, Any] | None) -> int:
+    return len(json.dumps(arguments or {}, separators=(",", ":"), default=str))

@@ -1,0 +1,60 @@
+"""The Responses API's `mcp` tool against the bundled backend: the model's call runs through the gateway's MCP
+call path, its result goes back to the model, and one response shows the listing, the call and the answer."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+
+import openai
+import pytest
+
+from tests.gateway.harness import GatewayHarness
+from tests.gateway.mcp.conftest import ToolServers
+
+StartGateway = Callable[..., Awaitable[GatewayHarness]]
+ADD_ONLY = {"type": "mcp", "server_label": "alpha", "allowed_tools": ["add"], "require_approval": "never"}
+
+
+@pytest.fixture
+async def tool_gateway(tool_servers: ToolServers, gateway_for: StartGateway, backend_url: str) -> GatewayHarness:
+    alpha = tool_servers("alpha")
+    return await gateway_for([], channels=[{"name": "backend", "base_url": backend_url, "models": ["smollm2"]}],
+                             timeouts={"first_token": 100.0, "total": 120.0},
+                             mcp_servers=[{"name": "alpha", "url": f"{alpha.url}/mcp"}])
+
+
+async def test_a_responses_request_with_an_mcp_tool_completes_a_tool_round_trip(
+        tool_gateway: GatewayHarness) -> None:
+    key_id, secret = await tool_gateway.key()
+    client = tool_gateway.client(secret, timeout=300)
+    response = await client.responses.create(
+        model="smollm2", input="Use the tool to add 2 and 3.", tools=[ADD_ONLY],  # type: ignore[list-item]
+        tool_choice="required", parallel_tool_calls=False, max_tool_calls=1, max_output_tokens=64,
+        temperature=0)
+    kinds = [item.type for item in response.output]
+    assert kinds == ["mcp_list_tools", "mcp_call", "message"], kinds
+    listing, call = response.output[0], response.output[1]
+    assert listing.type == "mcp_list_tools" and [t.name for t in listing.tools] == ["add"]
+    assert call.type == "mcp_call" and call.server_label == "alpha" and call.name == "add" and call.error is None
+    arguments = json.loads(call.arguments)
+    assert float(call.output or "nan") == arguments["a"] + arguments["b"]  # the server's answer, relayed
+    assert response.usage is not None and response.usage.output_tokens > 0
+    rows = {row["model"]: row for row in (await tool_gateway.usage(key_id=key_id, group_by="model"))["data"]}
+    assert rows["mcp:alpha__add"]["requests"] == 1 and rows["smollm2"]["requests"] == 2  # a call, two rounds
+    stored = await client.responses.retrieve(response.id)
+    assert [item.type for item in stored.output] == kinds
+
+
+async def test_mcp_tools_that_cannot_run_are_400s(tool_gateway: GatewayHarness) -> None:
+    _, secret = await tool_gateway.key()
+    client = tool_gateway.client(secret)
+    for tool, param in (({**ADD_ONLY, "server_label": "nowhere"}, "tools[0].server_label"),
+                        ({**ADD_ONLY, "require_approval": "always"}, "tools[0].require_approval"),
+                        ({**ADD_ONLY, "headers": {"authorization": "x"}}, "tools[0].headers"),
+                        ({**ADD_ONLY, "server_url": "https://elsewhere.example/mcp"}, "tools[0].server_url")):
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.responses.create(model="smollm2", input="hi", tools=[tool])  # type: ignore[list-item]
+        assert refused.value.body["param"] == param  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError):
+        await client.responses.create(model="smollm2", input="hi", tools=[ADD_ONLY], max_tool_calls=0)  # type: ignore[list-item]
