@@ -76,7 +76,9 @@ class Gateway:
         self.http = httpx.AsyncClient()  # health checks only
         # upstream calls: aiohttp costs a fraction of httpx's CPU per request under concurrency
         # answers are decompressed if an upstream compresses although asked for identity (see upstream.py)
-        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30))
+        # one session serves every tenant: cookies an upstream sets must never ride along on another tenant's request
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
+                                             cookie_jar=aiohttp.DummyCookieJar())
         channels = [ChannelState(c, settings.channel_timeouts(c), settings.breaker) for c in settings.channels]
         self.router = Router(channels, groups=settings.model_groups, routing=settings.routing)
         # the store's channels and groups replace the config file's once read (see channel_registry.py)

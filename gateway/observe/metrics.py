@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -13,6 +14,27 @@ from gateway.observe.mcp_metrics import McpMetrics
 from gateway.observe.spend_metrics import SpendMetrics
 
 BREAKER_VALUE = {"closed": 0, "half_open": 1, "open": 2}
+
+M = TypeVar("M", Counter, Histogram)
+
+
+class Series(Generic[M]):
+    """A labelled metric's series, found by their label values in a dict: prometheus_client's `labels` checks,
+    converts and takes a lock on every call, several times per request. The values are strings already."""
+
+    __slots__ = ("_metric", "_series")
+    _metric: M
+    _series: dict[tuple[str, ...], M]
+
+    def __init__(self, metric: M) -> None:
+        self._metric = metric
+        self._series: dict[tuple[str, ...], M] = {}
+
+    def __call__(self, *values: str) -> M:
+        series = self._series.get(values)
+        if series is None:
+            series = self._series[values] = self._metric.labels(*values)
+        return series
 
 
 @dataclass(slots=True)
@@ -106,12 +128,16 @@ class GatewayMetrics:
                                      ["channel", "cache"], registry=reg)
         self.spend = SpendMetrics(reg, self.model_label, per_account)
         self.mcp = McpMetrics(reg)
+        self.requests_of, self.duration_of = Series(self.requests), Series(self.duration)
+        self.queue_wait_of = Series(self.queue_wait)
+        self.upstream_ttft_of, self.upstream_latency_of = Series(self.upstream_ttft), Series(self.upstream_latency)
+        self._tokens, self._prompt_tokens = Series(self.tokens), Series(self.prompt_tokens)
         self.registry.register(_LiveState(live))
 
     def observe(self, path: str, model: str | None, channel: str | None, status: int, outcome: str,
                 seconds: float) -> None:
-        self.requests.labels(path, self.model_label(model), channel or "", str(status), outcome).inc()
-        self.duration.labels(path).observe(seconds)
+        self.requests_of(path, self.model_label(model), channel or "", str(status), outcome).inc()
+        self.duration_of(path).observe(seconds)
 
     def model_label(self, model: str | None) -> str:
         """A model the gateway serves by its name, any other by `other`: clients cannot mint series."""
@@ -126,15 +152,15 @@ class GatewayMetrics:
         if not self._per_account:
             account, sub_account = "all", None
         if prompt_tokens:
-            self.tokens.labels(account, sub_account or "", "prompt").inc(prompt_tokens)
+            self._tokens(account, sub_account or "", "prompt").inc(prompt_tokens)
         if completion_tokens:
-            self.tokens.labels(account, sub_account or "", "completion").inc(completion_tokens)
+            self._tokens(account, sub_account or "", "completion").inc(completion_tokens)
 
     def prompt_cache(self, channel: str | None, prompt_tokens: int, cached_tokens: int) -> None:
         if channel and prompt_tokens:
             cached = min(cached_tokens, prompt_tokens)
-            self.prompt_tokens.labels(channel, "hit").inc(cached)
-            self.prompt_tokens.labels(channel, "miss").inc(prompt_tokens - cached)
+            self._prompt_tokens(channel, "hit").inc(cached)
+            self._prompt_tokens(channel, "miss").inc(prompt_tokens - cached)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -99,7 +99,7 @@ class Exchange:
         self.record.priority_class = pool.name
         waited = time.monotonic() - queued
         self.record.queue_ms = round(waited * 1000, 2)
-        self._metrics.queue_wait.labels(pool.name).observe(waited)
+        self._metrics.queue_wait_of(pool.name).observe(waited)
 
     def first_token(self) -> None:
         """The upstream's answer head (first content token of a stream, or the whole body) has arrived."""
@@ -107,7 +107,7 @@ class Exchange:
             self._pool.note_first_token(time.monotonic() - self.started)
         if self.upstream_started is not None and self.record.channel:
             model = self._metrics.model_label(self.record.model)
-            self._metrics.upstream_ttft.labels(self.record.channel, model).observe(
+            self._metrics.upstream_ttft_of(self.record.channel, model).observe(
                 time.monotonic() - self.upstream_started)
 
     async def end(self, status: int, outcome: str, usage: Usage | None = None) -> None:
@@ -150,7 +150,7 @@ class Exchange:
         self._metrics.observe(self.record.path, self.record.model, self.record.channel, status, outcome, elapsed)
         if self.upstream_started is not None and self.record.channel:
             model = self._metrics.model_label(self.record.model)
-            self._metrics.upstream_latency.labels(self.record.channel, model).observe(
+            self._metrics.upstream_latency_of(self.record.channel, model).observe(
                 now - self.upstream_started)
         if access_log.isEnabledFor(logging.INFO):
             record = self.record

@@ -1,10 +1,7 @@
 """The Redis store's money parts: scripts composed with budget.lua, budget.lua's refusal codes, and the
-per-request audit line, sent in the same batch write as its settlement (no extra round trip)."""
+per-request audit line, appended by its settlement's own script call (settle.lua)."""
 
 from __future__ import annotations
-
-from collections.abc import Awaitable
-from typing import Any
 
 from limiter import libraries
 from limiter.lua import read_lua
@@ -12,11 +9,8 @@ from quota.money import Spend
 from quota.records import LimitName, Reservation
 from quota.rules.request_audit import AuditRecord
 from quota.stores.redis import keys as rk
-from quota.stores.redis.client import RedisClient
-from quota.stores.redis.script_batch import ScriptBatcher
 
 MONEY_CODES = {21: LimitName.budget, 22: LimitName.balance}
-AUDIT = "redis.call('RPUSH', KEYS[1], ARGV[1]) redis.call('EXPIRE', KEYS[1], ARGV[2])"
 
 
 def quota_script(entry: str, clock_lua: str = "") -> str:
@@ -26,17 +20,16 @@ def quota_script(entry: str, clock_lua: str = "") -> str:
 
 
 class AuditLines:
-    """Appends each settled request's line to its account's list for the day; the list expires with the
-    retention, so no sweeper is needed."""
+    """Each settled request's line, for its account's list of the day; the list expires with the retention, so no
+    sweeper is needed."""
 
-    def __init__(self, client: RedisClient, batch: ScriptBatcher, retention_days: int) -> None:
-        self._script = client.register_script(AUDIT)
-        self._batch = batch
+    def __init__(self, retention_days: int) -> None:
         self._ttl = (retention_days + 1) * 86400 if retention_days else 0
 
-    def write(self, res: Reservation, prompt_tokens: int, completion_tokens: int, spend: Spend,
-              outcome: str) -> Awaitable[Any] | None:
+    def entry(self, res: Reservation, prompt_tokens: int, completion_tokens: int, spend: Spend,
+              outcome: str) -> tuple[str, str, int] | None:
+        """(the list's key, the line, the list's TTL) for settle.lua to append; None while retention is off."""
         if not self._ttl:
             return None
         line = AuditRecord.of(res, prompt_tokens, completion_tokens, spend, outcome).encode()
-        return self._batch.call(self._script, [rk.request_records_key(res.account_id, res.day)], [line, self._ttl])
+        return rk.request_records_key(res.account_id, res.day), line, self._ttl

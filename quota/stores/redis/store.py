@@ -86,7 +86,7 @@ class RedisQuotaService(QuotaService):
         self._settle = client.register_script(quota_script("settle", clock_lua))
         self._renew = client.register_script(compose("limiter", "renew_lease"))
         self._batch = ScriptBatcher(client)
-        self._audit = AuditLines(client, self._batch, settings.request_records_retention_days)
+        self._audit = AuditLines(settings.request_records_retention_days)
         self._local = LocalAdmission(settings.lease_ttl)
         self._plans: dict[str, _KeyPlan] = {}
         self._known_keys: dict[str, ApiKey] = {}  # last answer per secret hash, for a non-closed auth policy
@@ -281,9 +281,12 @@ class RedisQuotaService(QuotaService):
         fields = res.budget_fields or ("-",) * len(res.levels())
         args.extend((work.spend.cost, res.cost, work.spend.cached_tokens, int(res.balance), *fields))
         args.append("".join("1" if level in res.bucket_levels else "0" for level, _ in res.levels()))
-        settled = self._batch.call(self._settle, keys, args)
-        audit = self._audit.write(res, work.prompt_tokens, work.completion_tokens, work.spend, work.outcome)
-        await (settled if audit is None else asyncio.gather(settled, audit))
+        audit = self._audit.entry(res, work.prompt_tokens, work.completion_tokens, work.spend, work.outcome)
+        if audit is not None:  # one script call settles and appends the request's line (settle.lua)
+            key, line, ttl = audit
+            keys.append(key)
+            args.extend((line, ttl))
+        await self._batch.call(self._settle, keys, args)
 
     async def flush_pending(self) -> int:
         """Writes settlements that waited for Redis, oldest first; returns how many are still waiting.
