@@ -70,3 +70,16 @@ async def test_a_channel_without_extras_gets_neither_the_clients_nor_the_gateway
     _, secret = await gateway.key()
     await _send(gateway, secret, {"cache_salt": "x", "priority": 3})
     assert "cache_salt" not in upstream.seen_bodies[-1] and "priority" not in upstream.seen_bodies[-1]
+
+
+async def test_a_cookie_an_upstream_sets_for_one_tenant_never_reaches_the_upstream_with_another(
+        upstreams: Start, gateway_for: StartGateway) -> None:
+    upstream = await upstreams(sets_cookie="lb_session=tenant-a-affinity; Path=/", host="localhost")
+    gateway = await gateway_for([upstream])
+    _, tenant_a = await gateway.key()
+    _, tenant_b = await gateway.key()  # another account
+    await _send(gateway, tenant_a, {})
+    await _send(gateway, tenant_b, {}, stream=True)
+    await _send(gateway, tenant_b, {})
+    assert len(upstream.seen_headers) == 3
+    assert all("cookie" not in headers for headers in upstream.seen_headers)

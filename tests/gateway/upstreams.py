@@ -50,6 +50,8 @@ class MockUpstream:
     stall_at: int = -1  # the chunk before which a stream stalls for good (-1: never)
     padding: int = 0  # characters added to each streamed token, for answers that fill socket buffers fast
     healthy: bool = True  # what /health answers
+    sets_cookie: str = ""  # a Set-Cookie every answer carries, as a sticky load balancer in front would send
+    host: str = "127.0.0.1"  # the name channels use for it ("localhost": a client keeps cookies of names, not of IPs)
     health_checks: int = 0
     port: int = field(default_factory=free_port)
     attempts: int = 0
@@ -64,7 +66,7 @@ class MockUpstream:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"http://{self.host}:{self.port}/v1"
 
     async def start(self) -> MockUpstream:
         app = Starlette(routes=[
@@ -74,8 +76,18 @@ class MockUpstream:
             Route("/health", self._health),
             Route("/metrics", self._metrics),
         ])
-        self._server, self._task = await serve_in_loop(app, self.port)
+        self._server, self._task = await serve_in_loop(app if not self.sets_cookie else self._with_cookie(app),
+                                                       self.port)
         return self
+
+    def _with_cookie(self, app: Starlette) -> Any:
+        async def asgi(scope: Any, receive: Any, send: Any) -> None:
+            async def send_with_cookie(message: Any) -> None:
+                if message["type"] == "http.response.start":
+                    message["headers"] = [*message["headers"], (b"set-cookie", self.sets_cookie.encode())]
+                await send(message)
+            await app(scope, receive, send_with_cookie)
+        return asgi
 
     async def stop(self) -> None:
         await stop_in_loop(self._server, self._task)
