@@ -180,7 +180,8 @@ class Dispatcher:
     async def _read(self, doc: Doc) -> dict[int, Line] | None:
         if doc["id"] not in self._lines:
             content = await self._folder.read(doc["input_file_id"])
-            read = None if content is None else read_lines(content, doc["endpoint"], self._settings.max_line_bytes)
+            read = None if content is None else await asyncio.to_thread(read_lines, content, doc["endpoint"],
+                                                                        self._settings.max_line_bytes)
             self._lines[doc["id"]] = None if read is None else {line.index: line for line in read.lines}
         return self._lines[doc["id"]]
 
