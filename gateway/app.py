@@ -78,7 +78,8 @@ class Gateway:
         self.tracing = setup_tracing(settings.tracing)
         self.proxy = Proxy(settings, quota, self.router, upstream, self.pools, self.metrics, self.tracing)
         self.responses = ResponsesApi(self.proxy, quota, open_response_store(settings, self.redis))
-        self.batch = BatchApis(settings, quota, open_batch_store(settings), self.proxy, self.pools, self.responses)
+        self.batch = BatchApis(settings, quota, open_batch_store(settings), self.proxy, self.pools, self.responses,
+                               self.metrics)
         self.admin = AdminApi(quota, self.registry, configured_admin_key(settings),
                               tuple(settings.priority_classes), settings.currency,
                               AdminWriteLimit(settings.admin_limits.writes_per_minute, self.redis),

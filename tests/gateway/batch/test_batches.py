@@ -39,6 +39,9 @@ async def test_every_line_is_answered_once_in_the_batch_class_and_charged(
     assert usage["completion_tokens"] == sum(a["response"]["body"]["usage"]["completion_tokens"] for a in answers)
     with pytest.raises(openai.ConflictError):
         await client.batches.cancel(batch.id)
+    metrics = (await gateway.admin.get("/metrics")).text
+    assert 'tidegate_batch_lines_total{outcome="answered"} 30.0' in metrics
+    assert "tidegate_batch_lines_in_flight 0.0" in metrics
 
 
 async def test_malformed_lines_go_to_the_error_file_and_the_rest_run(
