@@ -168,6 +168,41 @@ def gateway_api_paths() -> dict[str, Any]:
                     "responses": answer},
             "delete": {"summary": "Forget a stored response", "parameters": response_id, "responses": answer}},
         "/v1/embeddings": _post("Embeddings, from channels that serve them", "EmbeddingRequest", *errors),
+        **batch_api_paths(),
+    }
+
+
+def batch_api_paths() -> dict[str, Any]:
+    """OpenAI's Files and Batch APIs (docs/batch.md); a caller sees its account's and sub-account's records."""
+    done = {"200": {"description": "the record, a list of them, or a file's bytes",
+                    "content": {JSON: {"schema": {"type": "object"}}}}, **_errors(400, 401, 403, 404, 409, 411, 413)}
+    file_id, batch_id = [_param("file_id", "path")], [_param("batch_id", "path")]
+    page = [_param("limit"), _param("after")]
+    upload = {"type": "object", "required": ["file", "purpose"], "properties": {
+        "file": {"type": "string", "format": "binary"}, "purpose": {"type": "string", "enum": ["batch"]}}}
+    batch = {"type": "object", "required": ["input_file_id", "endpoint", "completion_window"], "properties": {
+        "input_file_id": {"type": "string"}, "completion_window": {"type": "string", "enum": ["24h"]},
+        "endpoint": {"type": "string", "enum": ["/v1/chat/completions", "/v1/completions", "/v1/embeddings",
+                                                "/v1/responses"]},
+        "metadata": {"type": ["object", "null"], "additionalProperties": {"type": "string"}}}}
+
+    def operation(summary: str, params: list[dict[str, Any]] | None = None, body: tuple[str, Any] | None = None,
+                  ) -> dict[str, Any]:
+        found: dict[str, Any] = {"summary": summary, "responses": done, "parameters": params or []}
+        if body is not None:
+            found["requestBody"] = {"required": True, "content": {body[0]: {"schema": body[1]}}}
+        return found
+
+    return {
+        "/v1/files": {"post": operation("Upload a JSONL file of batch requests", body=("multipart/form-data", upload)),
+                      "get": operation("The caller's files", [*page, _param("purpose"), _param("order")])},
+        "/v1/files/{file_id}": {"get": operation("One file's record", file_id),
+                                "delete": operation("Delete a file and its content", file_id)},
+        "/v1/files/{file_id}/content": {"get": operation("A file's bytes", file_id)},
+        "/v1/batches": {"post": operation("Start a batch from an uploaded file", body=(JSON, batch)),
+                        "get": operation("The caller's batches", page)},
+        "/v1/batches/{batch_id}": {"get": operation("One batch, with live counts", batch_id)},
+        "/v1/batches/{batch_id}/cancel": {"post": operation("Stop a batch's new lines at once", batch_id)},
     }
 
 

@@ -100,7 +100,8 @@ class Gateway:
         self.responses = ResponsesApi(self.proxy, quota, open_response_store(settings, self.redis), self.mcp_calls)
         self.federation = McpFederation(self.mcp_calls, quota, settings.max_body_bytes, settings.server.body_timeout)
         self._serving = contextlib.AsyncExitStack()
-        self.batch = BatchApis(settings, quota, open_batch_store(settings), self.proxy, self.pools, self.responses)
+        self.batch = BatchApis(settings, quota, open_batch_store(settings), self.proxy, self.pools, self.responses,
+                               self.metrics)
         self.admin = AdminApi(quota, self.registry, configured_admin_key(settings),
                               tuple(settings.priority_classes), settings.currency,
                               AdminWriteLimit(settings.admin_limits.writes_per_minute, self.redis), self.mcp,

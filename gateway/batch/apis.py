@@ -14,7 +14,9 @@ from gateway.batch.files import FilesApi
 from gateway.batch.finalize import Finalizer
 from gateway.batch.folder import FileFolder
 from gateway.batch.line_runner import LineRunner, WireFor
+from gateway.batch.metrics import BatchMetrics
 from gateway.batch.pressure import Pressure
+from gateway.observe.metrics import GatewayMetrics
 from gateway.path.priority import PriorityPools
 from gateway.path.proxy import Proxy
 from quota import BatchStore, QuotaService
@@ -22,7 +24,7 @@ from quota import BatchStore, QuotaService
 
 class BatchApis:
     def __init__(self, settings: GatewaySettings, quota: QuotaService, store: BatchStore, proxy: Proxy,
-                 pools: PriorityPools, responses: ResponsesApi):
+                 pools: PriorityPools, responses: ResponsesApi, metrics: GatewayMetrics):
         batch = settings.batch
         self.store = store
         folder = FileFolder(batch.folder(settings.resolved_data_dir()))
@@ -34,7 +36,8 @@ class BatchApis:
         runner = LineRunner(proxy, pools, wires)
         self.dispatcher = Dispatcher(batch, store, quota, folder, runner,
                                      Pressure(batch, pools, runner.priority_class),
-                                     Finalizer(store, self.files, batch.lease_seconds))
+                                     Finalizer(store, self.files, batch.lease_seconds),
+                                     BatchMetrics(metrics.registry))
         self._enabled = batch.enabled
 
     def routes(self) -> list[Route]:

@@ -4,6 +4,7 @@ states. A caller sees only its account's and sub-account's batches."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -74,7 +75,8 @@ class BatchesApi:
                     "failed_at": None, "expired_at": None, "cancelling_at": None, "cancelled_at": None,
                     "request_counts": {"total": 0, "completed": 0, "failed": 0}, "metadata": metadata,
                     **owned_by(key)}
-        read = read_lines(content, endpoint, self._settings.max_line_bytes)
+        # a file of up to max_file_bytes is parsed off the event loop, which serves realtime requests meanwhile
+        read = await asyncio.to_thread(read_lines, content, endpoint, self._settings.max_line_bytes)
         if read.total > self._settings.max_lines:
             doc.update(status="failed", in_progress_at=None, failed_at=created, errors={"object": "list", "data": [
                 line_error("too_many_lines", f"the file has {read.total} lines; a batch may have at most "

@@ -23,6 +23,7 @@ from gateway.batch.finalize import Finalizer
 from gateway.batch.folder import FileFolder
 from gateway.batch.line_runner import Answered, LineRunner
 from gateway.batch.lines import Line, error_line, read_lines
+from gateway.batch.metrics import BatchMetrics
 from gateway.batch.pressure import Pressure
 from gateway.batch.shapes import Doc, new_id
 from quota import BatchStore, LineResult, QuotaService
@@ -33,7 +34,7 @@ STOP_GRACE = 5.0  # seconds a stopping replica waits for its lines in flight
 
 class Dispatcher:
     def __init__(self, settings: BatchSettings, store: BatchStore, quota: QuotaService, folder: FileFolder,
-                 runner: LineRunner, pressure: Pressure, finalizer: Finalizer):
+                 runner: LineRunner, pressure: Pressure, finalizer: Finalizer, metrics: BatchMetrics):
         self._settings = settings
         self._store = store
         self._quota = quota
@@ -41,6 +42,8 @@ class Dispatcher:
         self._runner = runner
         self.pressure = pressure
         self._finalizer = finalizer
+        self._metrics = metrics
+        metrics.in_flight.set_function(lambda: len(self._running))
         self.owner = f"{socket.gethostname()}-{os.getpid()}-{new_id('')}"
         self._running: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._lines: dict[str, dict[int, Line] | None] = {}  # batch id -> its lines as read (None: file gone)
@@ -93,7 +96,9 @@ class Dispatcher:
             elif self._finalizer.lapsed(doc):
                 self._end(doc, doc["_outcome"], claimed=True)
         self._forget_ended({doc["id"] for doc in batches})
-        await self._fill(runnable, self.pressure.update() - len(self._running))
+        allowed = self.pressure.update()
+        self._metrics.allowed.set(allowed)
+        await self._fill(runnable, allowed - len(self._running))
 
     async def _fill(self, batches: list[Doc], room: int) -> None:
         """Leases lines round-robin over accounts, each up to its share of the lines in flight first, then any
@@ -145,8 +150,9 @@ class Dispatcher:
             result = await self._answer(doc, index)
             if result is None:
                 await self._store.postpone(batch_id, self.owner, index, self._settings.retry_delay)
-            else:
-                await self._store.record(result, batch_id)
+                self._metrics.lines.labels("retried").inc()
+            elif await self._store.record(result, batch_id):
+                self._metrics.lines.labels("answered" if result.ok else "failed").inc()
         except Exception:  # the lease lapses and the line runs again, here or on another replica
             log.exception("batch %s line %d failed to run", batch_id, index)
         finally:
@@ -180,7 +186,8 @@ class Dispatcher:
     async def _read(self, doc: Doc) -> dict[int, Line] | None:
         if doc["id"] not in self._lines:
             content = await self._folder.read(doc["input_file_id"])
-            read = None if content is None else read_lines(content, doc["endpoint"], self._settings.max_line_bytes)
+            read = None if content is None else await asyncio.to_thread(read_lines, content, doc["endpoint"],
+                                                                        self._settings.max_line_bytes)
             self._lines[doc["id"]] = None if read is None else {line.index: line for line in read.lines}
         return self._lines[doc["id"]]
 

@@ -39,6 +39,9 @@ async def test_every_line_is_answered_once_in_the_batch_class_and_charged(
     assert usage["completion_tokens"] == sum(a["response"]["body"]["usage"]["completion_tokens"] for a in answers)
     with pytest.raises(openai.ConflictError):
         await client.batches.cancel(batch.id)
+    metrics = (await gateway.admin.get("/metrics")).text
+    assert 'tidegate_batch_lines_total{outcome="answered"} 30.0' in metrics
+    assert "tidegate_batch_lines_in_flight 0.0" in metrics
 
 
 async def test_malformed_lines_go_to_the_error_file_and_the_rest_run(
@@ -168,3 +171,21 @@ async def test_admins_list_an_accounts_batches_and_account_admins_only_their_own
     assert (await gateway.admin.get("/admin/batches", headers=other_admin)).json()["data"] == []
     refused = await gateway.admin.get("/admin/batches", params={"account_id": account_id}, headers=other_admin)
     assert refused.status_code == 404  # as for any other tenant's record: not even its existence shows
+
+
+async def test_uploads_that_are_not_multipart_files_are_refused_in_the_openai_shape(
+        upstreams: Callable[..., Awaitable[MockUpstream]], gateway_for: Start) -> None:
+    gateway = await gateway_for([await upstreams()])
+    _, secret = await gateway.key()
+    auth = {"authorization": f"Bearer {secret}"}
+    cases = [({"content": b'{"purpose": "batch"}', "headers": {**auth, "content-type": "application/json"}}, 400),
+             ({"data": {"purpose": "batch", "file": "not a file"}, "headers": auth}, 400),
+             ({"content": b"--x\r\nbroken", "headers": {**auth, "content-type": "multipart/form-data"}}, 400),
+             ({"files": {"file": ("a.jsonl", b"\n\n")}, "data": {"purpose": "batch"}, "headers": auth}, 400),
+             ({"files": {"file": ("a.jsonl", b"{}")}, "data": {"purpose": "batch"}, "headers": {}}, 401)]
+    for request, status in cases:
+        response = await gateway.admin.post("/v1/files", **request)
+        assert response.status_code == status, (request, response.text)
+        assert set(response.json()["error"]) >= {"message", "type", "code"}
+    listed = await gateway.admin.get("/v1/files", params={"limit": "0"}, headers=auth)
+    assert listed.status_code == 400

@@ -12,17 +12,19 @@ import pytest
 
 from config import StoreSettings
 from quota import BatchStore, LineResult, open_batch_store
+from tests.redis_cluster import RedisClusterServers
 from tests.servers import RedisServer
 from tests.waiting import wait_until_async
 
 ACTIVE = frozenset({"in_progress"})
 
 
-@pytest.fixture(params=["embedded", "redis"])
+@pytest.fixture(params=["embedded", "redis_server", "redis_cluster"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BatchStore]:
+    """The embedded store, one redis-server, and a Redis Cluster (every script and transaction in one slot)."""
     settings = StoreSettings(data_dir=tmp_path / "data")
-    if request.param == "redis":
-        server: RedisServer = request.getfixturevalue("redis_server")
+    if request.param != "embedded":
+        server: RedisServer | RedisClusterServers = request.getfixturevalue(request.param)
         settings = StoreSettings(data_dir=tmp_path / "data", redis_url=server.url)
     opened = open_batch_store(settings)
     yield opened
