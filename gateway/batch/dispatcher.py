@@ -30,6 +30,7 @@ from quota import BatchStore, LineResult, QuotaService
 
 log = logging.getLogger("tidegate.batch")
 STOP_GRACE = 5.0  # seconds a stopping replica waits for its lines in flight
+CRASH_LIMIT = 3  # a line that makes the gateway fail this often on one replica fails, instead of every window
 
 
 class Dispatcher:
@@ -48,6 +49,7 @@ class Dispatcher:
         self._running: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._lines: dict[str, dict[int, Line] | None] = {}  # batch id -> its lines as read (None: file gone)
         self._ending: set[str] = set()
+        self._crashes: dict[tuple[str, int], int] = {}  # (batch, line) -> times running it raised here
         self._turn = 0
         self._task: asyncio.Task[None] | None = None
 
@@ -153,12 +155,30 @@ class Dispatcher:
                 self._metrics.lines.labels("retried").inc()
             elif await self._store.record(result, batch_id):
                 self._metrics.lines.labels("answered" if result.ok else "failed").inc()
-        except Exception:  # the lease lapses and the line runs again, here or on another replica
+            self._crashes.pop((batch_id, index), None)
+        except Exception:
             log.exception("batch %s line %d failed to run", batch_id, index)
+            await self._after_crash(batch_id, index)
         finally:
             renewal.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewal
+
+    async def _after_crash(self, batch_id: str, index: int) -> None:
+        """Tries the line again soon, and fails it once it has raised CRASH_LIMIT times here: a line that always
+        breaks the path must not hold its batch open until the window ends."""
+        slot = (batch_id, index)
+        crashes = self._crashes.pop(slot, 0) + 1
+        with contextlib.suppress(Exception):  # a store outage: the lease lapses and the line runs again
+            if crashes < CRASH_LIMIT:
+                self._crashes[slot] = crashes
+                await self._store.postpone(batch_id, self.owner, index, self._settings.retry_delay)
+                return
+            line = (self._lines.get(batch_id) or {}).get(index)
+            failure = error_line(None if line is None else line.custom_id, "line_crashed",
+                                 f"the gateway failed to run this line {crashes} times; its log says why")
+            if await self._store.record(LineResult(index, False, json.dumps(failure)), batch_id):
+                self._metrics.lines.labels("failed").inc()
 
     async def _answer(self, doc: Doc, index: int) -> LineResult | None:
         """The line's result, or None when it is to be tried again later."""

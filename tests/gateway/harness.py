@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import uvicorn
 from openai import AsyncOpenAI
+from starlette.applications import Starlette
 
 from config import GatewaySettings
 from gateway import create_app
+from gateway.app import Gateway
 from gateway.server import uvicorn_options
 from tests.servers import free_port
 
@@ -25,13 +27,15 @@ class GatewayHarness:
     _server: uvicorn.Server | None = None
     _task: asyncio.Task[None] | None = None
     admin: httpx.AsyncClient = field(init=False)
+    app: Starlette = field(init=False)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     async def start(self) -> GatewayHarness:
-        config = uvicorn.Config(create_app(self.settings), host="127.0.0.1", port=self.port, log_level="warning",
+        self.app = create_app(self.settings)
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
                                 timeout_graceful_shutdown=1, **uvicorn_options(self.settings))
         self._server = uvicorn.Server(config)
         self._task = asyncio.create_task(self._server.serve())
@@ -41,6 +45,10 @@ class GatewayHarness:
             await asyncio.sleep(0.01)
         self.admin = httpx.AsyncClient(base_url=self.url, headers={"authorization": f"Bearer {ADMIN_KEY}"})
         return self
+
+    def state(self) -> Gateway:
+        """The running gateway's parts, for a test that plants a fault in one of them."""
+        return cast(Gateway, self.app.state.gateway)
 
     async def stop(self) -> None:
         await self.admin.aclose()

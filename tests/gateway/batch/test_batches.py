@@ -4,6 +4,7 @@ charged like an online request, per-line errors in the error file, ownership, ca
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import openai
 import pytest
@@ -189,3 +190,28 @@ async def test_uploads_that_are_not_multipart_files_are_refused_in_the_openai_sh
         assert set(response.json()["error"]) >= {"message", "type", "code"}
     listed = await gateway.admin.get("/v1/files", params={"limit": "0"}, headers=auth)
     assert listed.status_code == 400
+
+
+async def test_a_line_that_keeps_breaking_the_path_fails_after_three_tries_and_the_rest_complete(
+        upstreams: Callable[..., Awaitable[MockUpstream]], gateway_for: Start) -> None:
+    gateway = await gateway_for([await upstreams()], batch={"retry_delay": 0})
+    runner = gateway.state().batch.dispatcher._runner
+    real_run, tries = runner.run, []
+
+    async def breaks_on_poison(endpoint: str, line: Any, key: Any) -> Any:
+        if line.custom_id == "poison":  # the fault under test: a bug in the path that raises for one line
+            tries.append(line.index)
+            raise RuntimeError("a bug in the path")
+        return await real_run(endpoint, line, key)
+
+    runner.run = breaks_on_poison
+    _, secret = await gateway.key()
+    client = gateway.client(secret)
+    lines = chat_lines(3)
+    batch = await run_batch(client, [*lines[:2], {**lines[2], "custom_id": "poison"}], timeout=60)
+    assert batch.status == "completed"
+    assert batch.request_counts is not None
+    assert (batch.request_counts.completed, batch.request_counts.failed) == (2, 1)
+    assert len(tries) == 3
+    [error] = await read_jsonl(client, batch.error_file_id)
+    assert (error["custom_id"], error["error"]["code"]) == ("poison", "line_crashed")
