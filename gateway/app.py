@@ -25,7 +25,7 @@ from gateway.admin.api import AdminApi
 from gateway.admin.console import console_routes
 from gateway.admin.money import seed_prices
 from gateway.admin.write_limit import AdminWriteLimit
-from gateway.apis.messages import MESSAGES
+from gateway.apis.mcp_connector import MessagesApi
 from gateway.apis.openai import CHAT, COMPLETIONS, EMBEDDINGS, models_endpoint
 from gateway.apis.responses.api import ResponsesApi
 from gateway.apis.responses.store import open_response_store
@@ -84,6 +84,7 @@ class Gateway:
                                self._set_tool_price)
         self.mcp_calls = McpCalls(self.mcp, quota, self.metrics, self.tracing, max(0.5, settings.lease_ttl / 3))
         self.responses = ResponsesApi(self.proxy, quota, open_response_store(settings, self.redis), self.mcp_calls)
+        self.messages = MessagesApi(self.proxy, quota, self.mcp_calls)
         self.federation = McpFederation(self.mcp_calls, quota, settings.max_body_bytes, settings.server.body_timeout)
         self._serving = contextlib.AsyncExitStack()
         self.admin = AdminApi(quota, self.registry, configured_admin_key(settings),
@@ -152,7 +153,7 @@ class Gateway:
             # each inbound API is a wire that the one path serves
             Route("/v1/chat/completions", partial(self.proxy.serve, wire=CHAT), methods=["POST"]),
             Route("/v1/completions", partial(self.proxy.serve, wire=COMPLETIONS), methods=["POST"]),
-            Route("/v1/messages", partial(self.proxy.serve, wire=MESSAGES), methods=["POST"]),
+            Route("/v1/messages", self.messages.create, methods=["POST"]),  # with the MCP connector
             Route("/v1/embeddings", partial(self.proxy.serve, wire=EMBEDDINGS), methods=["POST"]),
             *self.responses.routes(),
             *self.federation.routes(),
