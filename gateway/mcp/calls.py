@@ -4,6 +4,7 @@ request), the relayed call with its trace context in `_meta`, then settlement, m
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -90,12 +91,11 @@ class McpCalls:
 
     async def tools_for(self, key: KeyInfo) -> list[tuple[McpUpstream, types.Tool]]:
         """Every tool of every registered server that the key may use, each server asked (or its cache read)."""
-        found: list[tuple[McpUpstream, types.Tool]] = []
-        for upstream in self.registry.servers.values():
-            if upstream.config.allowed_accounts is not None and key.account_id not in upstream.config.allowed_accounts:
-                continue  # never asked on behalf of an account it does not serve
-            found.extend((upstream, t) for t in await upstream.tools() if may_use(key, upstream.config, t.name))
-        return found
+        servers = [u for u in self.registry.servers.values()  # never asked on behalf of an account it does not serve
+                   if u.config.allowed_accounts is None or key.account_id in u.config.allowed_accounts]
+        listings = await asyncio.gather(*(u.tools() for u in servers))  # a slow server delays only itself
+        return [(upstream, tool) for upstream, tools in zip(servers, listings, strict=True) for tool in tools
+                if may_use(key, upstream.config, tool.name)]
 
     async def call(self, call: ToolCall) -> types.CallToolResult:
         """The tool's result (its own errors included, as `isError`), or CallRefused."""
@@ -171,6 +171,9 @@ class McpCalls:
         if not may_use(call.key, upstream.config, tool):
             raise CallRefused(403, f"this key may not use the tool {call.name!r}", TOOL_REFUSED, "tool_not_allowed")
         if tool not in {t.name for t in await upstream.tools()}:
+            if not upstream.listed:
+                raise CallRefused(503, f"MCP server {upstream.name!r} cannot be reached to list its tools",
+                                  UPSTREAM_FAILED, Failure.unavailable.value, 1.0)
             raise CallRefused(404, f"unknown tool {call.name!r}: the server {upstream.name!r} does not list it",
                               UNKNOWN_TOOL, "tool_not_found")
         size, limit = arguments_size(call.arguments), upstream.config.max_argument_bytes
