@@ -55,6 +55,14 @@ async def test_a_key_lists_and_calls_only_the_tools_its_allowlist_names(federate
         assert len((await client.list_tools()).tools) == 10
 
 
+async def test_a_handshake_era_client_lists_and_calls_too(federated: GatewayHarness) -> None:
+    _, secret = await federated.key(models=["mcp:beta__*"])
+    async with mcp_client(federated.url, secret, mode="legacy") as client:
+        assert client.protocol_version < "2026"
+        assert len((await client.list_tools()).tools) == 5
+        assert text(await client.call_tool("beta__add", {"a": 1, "b": 2})) == "3"
+
+
 async def test_unknown_tools_and_oversized_input_or_output_get_mcp_errors_not_hangs(
         federated: GatewayHarness) -> None:
     _, secret = await federated.key()
@@ -136,8 +144,18 @@ async def test_past_its_rpm_a_key_gets_a_429_with_retry_after(federated: Gateway
     assert 'tidegate_mcp_calls_total{outcome="rate_limit_exceeded",server="beta",tool="echo"} 2.0' in metrics
 
 
-async def test_mcp_without_a_valid_key_is_a_401(federated: GatewayHarness) -> None:
-    async with httpx.AsyncClient() as http:
-        answer = await http.post(f"{federated.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                                 headers={"authorization": "Bearer tg-wrong", "accept": "application/json"})
-    assert answer.status_code == 401 and answer.json()["error"]["code"] == "invalid_api_key"
+async def test_mcp_without_a_valid_key_is_a_401_and_broken_requests_are_4xx(federated: GatewayHarness) -> None:
+    _, secret = await federated.key()
+    accept = "application/json, text/event-stream"
+    async with httpx.AsyncClient(base_url=federated.url) as http:
+        answer = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                                 headers={"authorization": "Bearer tg-wrong", "accept": accept})
+        assert answer.status_code == 401 and answer.json()["error"]["code"] == "invalid_api_key"
+        assert (await http.post("/mcp", json={})).status_code == 401
+        authorized = {"authorization": f"Bearer {secret}", "accept": accept, "content-type": "application/json"}
+        for body in (b"{not json", b"[]", b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": 7}',
+                     b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": 7}}'):
+            broken = await http.post("/mcp", content=body, headers=authorized)
+            assert 400 <= broken.status_code < 500 or "error" in broken.json(), (body, broken.status_code)
+            assert broken.status_code != 500
+        assert (await http.get("/mcp", headers=authorized)).status_code == 405
