@@ -14,6 +14,8 @@ from typing import Any
 
 import mcp_types as types
 from mcp import MCPError
+from opentelemetry import context as otel_context
+from opentelemetry import trace as otel_trace
 
 from gateway.errors import ApiError
 from gateway.mcp.names import every_tool, may_use, model_name, split_name
@@ -131,9 +133,15 @@ class McpCalls:
         try:
             # the client's trace context goes on; with tracing on, the gateway's span replaces it as the parent
             meta: dict[str, Any] = {k: v for k, v in call.headers.items() if k in TRACE_FIELDS}
-            with exchange.trace.upstream_attempt(exchange.record.channel or "", tool, meta):
+            with exchange.trace.upstream_attempt(exchange.record.channel or "", tool, meta) as span:
                 exchange.upstream_started = time.monotonic()
-                result = await upstream.call(tool, call.arguments, meta)
+                # the SDK's client writes the current context's traceparent into `_meta` itself, and the SDK's
+                # server made the caller's context current: the gateway's span must be the current one meanwhile
+                token = otel_context.attach(otel_trace.set_span_in_context(span))
+                try:
+                    result = await upstream.call(tool, call.arguments, meta)
+                finally:
+                    otel_context.detach(token)
             outcome = "tool_error" if result.is_error else "ok"
             return result
         except UpstreamFailure as failure:

@@ -3,6 +3,7 @@ only its tools, calls are counted, charged, limited and audited, and bad input g
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -16,6 +17,7 @@ from mcp_types import TextContent
 from gateway.mcp.calls import RATE_LIMITED, TOO_LARGE, TOOL_REFUSED, UNKNOWN_TOOL
 from tests.gateway.harness import GatewayHarness
 from tests.gateway.mcp.conftest import ToolServers, mcp_client
+from tests.gateway.otlp_collector import running_collector
 
 StartGateway = Callable[..., Awaitable[GatewayHarness]]
 ALPHA_KEY = "alpha-upstream-secret-93f1c7"
@@ -159,3 +161,22 @@ async def test_mcp_without_a_valid_key_is_a_401_and_broken_requests_are_4xx(fede
             assert 400 <= broken.status_code < 500 or "error" in broken.json(), (body, broken.status_code)
             assert broken.status_code != 500
         assert (await http.get("/mcp", headers=authorized)).status_code == 405
+
+
+async def test_with_tracing_on_a_call_is_one_trace_from_the_client_through_the_gateway_to_the_server(
+        tool_servers: ToolServers, gateway_for: StartGateway) -> None:
+    alpha = tool_servers("alpha")
+    with running_collector() as collector:
+        gateway = await gateway_for([], tracing={"exporter": "otlp", "otlp_endpoint": collector.endpoint},
+                                    mcp_servers=[{"name": "alpha", "url": f"{alpha.url}/mcp"}])
+        _, secret = await gateway.key()
+        async with mcp_client(gateway.url, secret) as client:
+            seen = json.loads(text(await client.call_tool("alpha__context", {}, meta={"traceparent": TRACEPARENT})))
+        _, trace_id, sent_span, _ = seen["meta"]["traceparent"].split("-")
+        spans = await asyncio.to_thread(collector.wait_for, lambda found: any(s.span_id == sent_span for s in found))
+    by_id = {s.span_id: s for s in spans}
+    attempt = by_id[sent_span]  # the server's parent: the gateway's span of the call it sent
+    request = by_id[attempt.parent_span_id]
+    assert attempt.name == "gateway.upstream_attempt" and request.name == "POST /mcp"
+    assert trace_id == attempt.trace_id == request.trace_id == TRACEPARENT.split("-")[1]
+    assert request.parent_span_id == TRACEPARENT.split("-")[2]  # the client's span
