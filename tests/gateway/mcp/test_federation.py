@@ -92,7 +92,8 @@ async def test_a_call_carries_the_servers_credentials_and_the_callers_trace(fede
 
 async def test_calls_are_counted_charged_and_audited_without_arguments(
         federated: GatewayHarness, caplog: pytest.LogCaptureFixture) -> None:
-    key_id, secret = await federated.key()
+    account = await federated.account()
+    key_id, secret = await federated.key(account_id=account)
     caplog.set_level(logging.INFO, logger="tidegate.gateway.mcp.audit")
     async with mcp_client(federated.url, secret) as client:
         for _ in range(3):
@@ -109,6 +110,9 @@ async def test_calls_are_counted_charged_and_audited_without_arguments(
     assert [(line["key_id"], line["server"], line["tool"], line["outcome"]) for line in lines] == [
         (key_id, "alpha", "echo", "ok")] * 3 + [(key_id, "beta", "add", "ok")]
     assert "private words" not in caplog.text and all(line["latency_ms"] > 0 for line in lines)
+    records = (await federated.admin.get(f"/admin/accounts/{account}/requests")).json()["data"]
+    assert sorted((r["model"], r["channel"], r["outcome"]) for r in records) == [
+        ("mcp:alpha__echo", "mcp:alpha", "ok")] * 3 + [("mcp:beta__add", "mcp:beta", "ok")]
 
 
 async def test_an_account_that_opts_in_has_its_arguments_audited(
