@@ -11,7 +11,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from common.event_stream import named_event
 from common.request_body import with_body
+from gateway.apis.responses.mcp_events import response_events
 from gateway.apis.responses.mcp_tools import (
     call_item,
     function_tool,
@@ -21,7 +23,6 @@ from gateway.apis.responses.mcp_tools import (
 )
 from gateway.apis.responses.request import input_items
 from gateway.apis.responses.store import ResponseStore, StoredResponse
-from gateway.errors import invalid_request
 from gateway.mcp.calls import McpCalls
 from gateway.mcp.model_calls import parsed_arguments, run_model_call
 from gateway.mcp.names import public_name
@@ -44,8 +45,6 @@ class McpTurns:
                      turn: Callable[[ResponseStore], ClientWire]) -> Response:
         """`turn(store)` makes the wire of one round (the Responses API's own); `history` is the conversation
         that `previous_response_id` continues."""
-        if body.get("stream"):
-            raise invalid_request("'stream' is not supported yet with mcp tools; send stream: false", "stream")
         registered = {name: u.config.url for name, u in self._calls.registry.servers.items()}
         specs, limit = mcp_specs(body["tools"], registered), max_tool_calls(body)
         listed = await self._calls.tools_for(key)
@@ -70,7 +69,8 @@ class McpTurns:
             # a forced choice forces the first round only: after a call the model may answer
             asked = "none" if spent and functions else (choice if not made or choice in (None, "auto", "none")
                                                          else "auto")
-            round_body = {**base, "input": items, "store": False, **({"tool_choice": asked} if asked else {})}
+            round_body = {**base, "input": items, "store": False, "stream": False,
+                          **({"tool_choice": asked} if asked else {})}
             answer = await self._proxy.serve(with_body(request, json.dumps(round_body).encode()), turn(self._store))
             if answer.status_code != 200:
                 return answer
@@ -98,6 +98,9 @@ class McpTurns:
         if response["store"] and not await self._kept(response, key, [*items, *last]):
             response["store"] = False
         headers = {name: value for name, value in answer.headers.items() if name.startswith("x-")}
+        if body.get("stream"):  # the rounds are done: the stream carries the whole response at once
+            events = b"".join(named_event(e["type"], e) for e in response_events(response))
+            return Response(events, headers={**headers, "cache-control": "no-cache"}, media_type="text/event-stream")
         return JSONResponse(response, headers=headers)
 
     async def _kept(self, response: dict[str, Any], key: KeyInfo, items: list[dict[str, Any]]) -> bool:

@@ -48,6 +48,25 @@ async def test_a_responses_request_with_an_mcp_tool_completes_a_tool_round_trip(
     assert [item.type for item in stored.output] == kinds
 
 
+async def test_a_streamed_request_with_an_mcp_tool_gets_the_whole_response_as_events(
+        tool_gateway: GatewayHarness) -> None:
+    _, secret = await tool_gateway.key()
+    client = tool_gateway.client(secret, timeout=300)
+    stream = await client.responses.create(
+        model="smollm2", input="Use the tool to add 2 and 3.", tools=[ADD_ONLY],  # type: ignore[list-item]
+        tool_choice="required", parallel_tool_calls=False, max_tool_calls=1, max_output_tokens=64,
+        temperature=0, stream=True)
+    events = [event async for event in stream]
+    assert [e.type for e in events[:2]] == ["response.created", "response.in_progress"]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    last = events[-1]
+    assert last.type in ("response.completed", "response.incomplete")
+    kinds = [item.type for item in last.response.output]
+    assert kinds == ["mcp_list_tools", "mcp_call", "message"], kinds
+    added = [e.item.type for e in events if e.type == "response.output_item.added"]
+    assert added == kinds
+
+
 async def test_mcp_tools_that_cannot_run_are_400s(tool_gateway: GatewayHarness) -> None:
     _, secret = await tool_gateway.key()
     client = tool_gateway.client(secret)
