@@ -2,7 +2,8 @@
 tools reach the model as tools named `server__tool`; each `tool_use` the model makes runs through the gateway's MCP
 call path and goes back as its `tool_result`, round after round, until the model stops asking (at most
 MAX_TOOL_CALLS calls); the answer shows each call as `mcp_tool_use` and `mcp_tool_result` blocks before the model's
-last content, with the rounds' usage summed. Streaming with `mcp_servers` is not supported yet (a 400)."""
+last content, with the rounds' usage summed; a streamed request gets the whole message's events once the rounds are
+done."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from common.event_stream import named_event
 from common.request_body import with_body
 from gateway.anthropic_wire import messages_error
 from gateway.apis.mcp_entry import registered_server, served_or_read
@@ -45,8 +47,6 @@ class MessagesApi:
             return JSONResponse(messages_error(error), error.status, error.headers)
 
     async def _connected(self, request: Request, key: KeyInfo, body: dict[str, Any]) -> Response:
-        if body.get("stream"):
-            raise invalid_request("'stream' is not supported yet with mcp_servers; send stream: false", "stream")
         exposed, tools = await self._tools(key, body["mcp_servers"])
         base = {name: value for name, value in body.items() if name not in ("mcp_servers", "tool_choice")}
         own = body.get("tools") or []
@@ -63,7 +63,7 @@ class MessagesApi:
             asked = {"type": "none"} if spent and tools else (
                 choice if made == 0 or not isinstance(choice, dict) or choice.get("type") in ("auto", "none")
                 else {"type": "auto"})  # a forced choice forces the first round only
-            round_body = {**base, "messages": messages, **({"tool_choice": asked} if asked else {})}
+            round_body = {**base, "messages": messages, "stream": False, **({"tool_choice": asked} if asked else {})}
             answer = await self._proxy.serve(with_body(request, json.dumps(round_body).encode()), MESSAGES)
             if answer.status_code != 200:
                 return answer
@@ -92,6 +92,9 @@ class MessagesApi:
             messages += [{"role": "assistant", "content": said}, {"role": "user", "content": results}]
         message.update(content=[*shown, *message["content"]], usage={**(message.get("usage") or {}), **usage})
         headers = {name: value for name, value in answer.headers.items() if name.startswith("x-")}
+        if body.get("stream"):  # the rounds are done: the stream carries the whole message at once
+            events = b"".join(named_event(e["type"], e) for e in message_events(message))
+            return Response(events, headers={**headers, "cache-control": "no-cache"}, media_type="text/event-stream")
         return JSONResponse(message, headers=headers)
 
     async def _tools(self, key: KeyInfo, servers: Any) -> tuple[dict[str, tuple[str, str]], list[dict[str, Any]]]:
@@ -111,6 +114,28 @@ class MessagesApi:
                     tools.append({"name": public, "description": tool.description or "",
                                   "input_schema": tool.input_schema or {"type": "object", "properties": {}}})
         return exposed, tools
+
+
+def message_events(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """A finished message as Anthropic's stream events: each block started whole (a text block's text in one
+    delta), then the stop reason and usage."""
+    usage = message.get("usage") or {}
+    events: list[dict[str, Any]] = [{"type": "message_start", "message": {
+        **message, "content": [], "stop_reason": None, "stop_sequence": None,
+        "usage": {**usage, "output_tokens": 0}}}]
+    for index, block in enumerate(message["content"]):
+        text = block.get("type") == "text"
+        events.append({"type": "content_block_start", "index": index,
+                       "content_block": {**block, "text": ""} if text else block})
+        if text:
+            events.append({"type": "content_block_delta", "index": index,
+                           "delta": {"type": "text_delta", "text": block.get("text", "")}})
+        events.append({"type": "content_block_stop", "index": index})
+    events += [{"type": "message_delta", "delta": {"stop_reason": message.get("stop_reason"),
+                                                   "stop_sequence": message.get("stop_sequence")},
+                "usage": {"output_tokens": usage.get("output_tokens", 0)}},
+               {"type": "message_stop"}]
+    return events
 
 
 def _server(server: Any, where: str, registered: dict[str, str]) -> tuple[str, frozenset[str] | None]:

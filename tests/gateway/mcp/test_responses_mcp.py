@@ -105,3 +105,21 @@ async def test_a_messages_request_with_mcp_servers_completes_a_tool_round_trip(
         await client.beta.messages.create(model="smollm2", max_tokens=8, messages=[{"role": "user", "content": "hi"}],
                                           mcp_servers=[{"type": "url", "url": alpha_url, "name": "alpha",
                                                         "authorization_token": "t"}], betas=["mcp-client-2025-04-04"])
+
+
+async def test_a_streamed_messages_request_with_mcp_servers_reads_as_a_stream(tool_gateway: GatewayHarness) -> None:
+    _, secret = await tool_gateway.key()
+    client = anthropic.AsyncAnthropic(base_url=tool_gateway.url, api_key=secret, max_retries=0, timeout=300)
+    alpha_url = next(s["url"] for s in (await tool_gateway.admin.get("/admin/mcp-servers")).json()["data"])
+    async with client.beta.messages.stream(
+            model="smollm2", max_tokens=64, betas=["mcp-client-2025-04-04"],
+            messages=[{"role": "user", "content": "Use the tool to add 2 and 3."}],
+            tool_choice={"type": "any", "disable_parallel_tool_use": True},
+            mcp_servers=[{"type": "url", "url": alpha_url, "name": "alpha",
+                          "tool_configuration": {"allowed_tools": ["add"]}}]) as stream:
+        message = await stream.get_final_message()
+    kinds = [block.type for block in message.content]
+    assert kinds[:2] == ["mcp_tool_use", "mcp_tool_result"], kinds
+    use = message.content[0]
+    assert use.type == "mcp_tool_use" and use.server_name == "alpha" and set(use.input) == {"a", "b"}  # type: ignore[arg-type]
+    assert message.stop_reason is not None and message.usage.output_tokens > 0
