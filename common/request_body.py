@@ -63,6 +63,14 @@ def replay_body(body: bytes, receive: Receive) -> Receive:
     return replayed
 
 
+def with_body(request: Request, body: bytes) -> Request:
+    """The request with another body (its Content-Length to match): a body read already, or a new one, served
+    through a path that reads it again; the connection's messages follow, so a disconnect is still seen."""
+    headers = [(k, v) for k, v in request.scope["headers"] if k.lower() != b"content-length"]
+    scope = {**request.scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
+    return Request(scope, replay_body(body, request.receive))
+
+
 def decode_json(raw: bytes, *, max_depth: int, allow_nan: bool = True, invalid_code: str | None = None) -> Any:
     """The JSON value of `raw`; a 400 when it is not JSON or nests arrays and objects deeper than `max_depth`.
 

@@ -27,7 +27,7 @@ from gateway.admin.api import AdminApi
 from gateway.admin.console import console_routes
 from gateway.admin.money import seed_prices
 from gateway.admin.write_limit import AdminWriteLimit
-from gateway.apis.messages import MESSAGES
+from gateway.apis.mcp_connector import MessagesApi
 from gateway.apis.openai import CHAT, COMPLETIONS, EMBEDDINGS, models_endpoint
 from gateway.apis.responses.api import ResponsesApi
 from gateway.apis.responses.store import open_response_store
@@ -98,6 +98,7 @@ class Gateway:
                                self._set_tool_price)
         self.mcp_calls = McpCalls(self.mcp, quota, self.metrics, self.tracing, max(0.5, settings.lease_ttl / 3))
         self.responses = ResponsesApi(self.proxy, quota, open_response_store(settings, self.redis), self.mcp_calls)
+        self.messages = MessagesApi(self.proxy, quota, self.mcp_calls)
         self.federation = McpFederation(self.mcp_calls, quota, settings.max_body_bytes, settings.server.body_timeout)
         self._serving = contextlib.AsyncExitStack()
         self.batch = BatchApis(settings, quota, open_batch_store(settings), self.proxy, self.pools, self.responses,
@@ -170,7 +171,7 @@ class Gateway:
         """The POST routes every inference request takes: each inbound API is a wire that the one path serves."""
         return {"/v1/chat/completions": partial(self.proxy.serve, wire=CHAT),
                 "/v1/completions": partial(self.proxy.serve, wire=COMPLETIONS),
-                "/v1/messages": partial(self.proxy.serve, wire=MESSAGES),
+                "/v1/messages": self.messages.create,  # the one path, or the MCP connector's loop over it
                 "/v1/embeddings": partial(self.proxy.serve, wire=EMBEDDINGS)}
 
     def routes(self) -> list[BaseRoute]:

@@ -4,6 +4,7 @@ request), the relayed call with its trace context in `_meta`, then settlement, m
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -13,6 +14,8 @@ from typing import Any
 
 import mcp_types as types
 from mcp import MCPError
+from opentelemetry import context as otel_context
+from opentelemetry import trace as otel_trace
 
 from gateway.errors import ApiError
 from gateway.mcp.names import every_tool, may_use, model_name, split_name
@@ -90,12 +93,11 @@ class McpCalls:
 
     async def tools_for(self, key: KeyInfo) -> list[tuple[McpUpstream, types.Tool]]:
         """Every tool of every registered server that the key may use, each server asked (or its cache read)."""
-        found: list[tuple[McpUpstream, types.Tool]] = []
-        for upstream in self.registry.servers.values():
-            if upstream.config.allowed_accounts is not None and key.account_id not in upstream.config.allowed_accounts:
-                continue  # never asked on behalf of an account it does not serve
-            found.extend((upstream, t) for t in await upstream.tools() if may_use(key, upstream.config, t.name))
-        return found
+        servers = [u for u in self.registry.servers.values()  # never asked on behalf of an account it does not serve
+                   if u.config.allowed_accounts is None or key.account_id in u.config.allowed_accounts]
+        listings = await asyncio.gather(*(u.tools() for u in servers))  # a slow server delays only itself
+        return [(upstream, tool) for upstream, tools in zip(servers, listings, strict=True) for tool in tools
+                if may_use(key, upstream.config, tool.name)]
 
     async def call(self, call: ToolCall) -> types.CallToolResult:
         """The tool's result (its own errors included, as `isError`), or CallRefused."""
@@ -131,9 +133,15 @@ class McpCalls:
         try:
             # the client's trace context goes on; with tracing on, the gateway's span replaces it as the parent
             meta: dict[str, Any] = {k: v for k, v in call.headers.items() if k in TRACE_FIELDS}
-            with exchange.trace.upstream_attempt(exchange.record.channel or "", tool, meta):
+            with exchange.trace.upstream_attempt(exchange.record.channel or "", tool, meta) as span:
                 exchange.upstream_started = time.monotonic()
-                result = await upstream.call(tool, call.arguments, meta)
+                # the SDK's client writes the current context's traceparent into `_meta` itself, and the SDK's
+                # server made the caller's context current: the gateway's span must be the current one meanwhile
+                token = otel_context.attach(otel_trace.set_span_in_context(span))
+                try:
+                    result = await upstream.call(tool, call.arguments, meta)
+                finally:
+                    otel_context.detach(token)
             outcome = "tool_error" if result.is_error else "ok"
             return result
         except UpstreamFailure as failure:
@@ -171,6 +179,9 @@ class McpCalls:
         if not may_use(call.key, upstream.config, tool):
             raise CallRefused(403, f"this key may not use the tool {call.name!r}", TOOL_REFUSED, "tool_not_allowed")
         if tool not in {t.name for t in await upstream.tools()}:
+            if not upstream.listed:
+                raise CallRefused(503, f"MCP server {upstream.name!r} cannot be reached to list its tools",
+                                  UPSTREAM_FAILED, Failure.unavailable.value, 1.0)
             raise CallRefused(404, f"unknown tool {call.name!r}: the server {upstream.name!r} does not list it",
                               UNKNOWN_TOOL, "tool_not_found")
         size, limit = arguments_size(call.arguments), upstream.config.max_argument_bytes

@@ -46,7 +46,9 @@ class McpFederation:
                                                       max_request_body_size=max_body_bytes)
 
     def routes(self) -> list[Route]:
-        return [Route("/mcp", _Endpoint(self), methods=["GET", "POST", "DELETE"])]
+        # POST only: stateless, the gateway never speaks first, so a GET stream has nothing to carry (MCP's
+        # answer to it is then 405) and there is no session to DELETE
+        return [Route("/mcp", _Endpoint(self), methods=["POST"])]
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:

@@ -3,6 +3,7 @@ the server's tool list cached for `tools_ttl`, layered timeouts, one retry where
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -24,6 +25,7 @@ from gateway.channels.breaker import BreakerState, CircuitBreaker
 
 log = logging.getLogger("tidegate.gateway.mcp")
 CONNECT_RETRY_DELAY = 0.05
+LIST_RETRY_DELAY = 1.0
 
 
 class Failure(StrEnum):
@@ -51,6 +53,8 @@ class McpUpstream:
         self._http = self._client(config)
         self._tools: list[types.Tool] = []
         self._tools_read = -float("inf")
+        self._list_again_at = 0.0
+        self._listing = asyncio.Lock()
         self._mode = "auto"  # how to open a session; once the server is known, its version without a probe
 
     @staticmethod
@@ -77,20 +81,31 @@ class McpUpstream:
     async def close(self) -> None:
         await self._http.aclose()
 
+    @property
+    def listed(self) -> bool:
+        """Whether the server's tools were ever read (else an empty list means it could not be asked)."""
+        return self._tools_read > -float("inf")
+
     async def tools(self) -> list[types.Tool]:
         """The server's tools, read again once `tools_ttl` has passed; the last list read while it is away."""
-        if time.monotonic() - self._tools_read < self.config.tools_ttl:
+        now = time.monotonic()
+        if now - self._tools_read < self.config.tools_ttl or now < self._list_again_at:
             return self._tools
         if self.breaker.state is BreakerState.open:
             return self._tools
-        try:
-            with anyio.fail_after(self.config.timeouts.list):
-                async with self._session() as client:
-                    listed = await client.list_tools()
-        except Exception as exc:
-            log.warning("mcp server %s: listing its tools failed (%s)", self.name, type(exc).__name__)
-            return self._tools
-        self._tools, self._tools_read = list(listed.tools), time.monotonic()
+        async with self._listing:  # one listing at a time: the callers waiting meanwhile read its result
+            if time.monotonic() - self._tools_read < self.config.tools_ttl:
+                return self._tools
+            try:
+                with anyio.fail_after(self.config.timeouts.list):
+                    async with self._session() as client:
+                        listed = await client.list_tools()
+            except Exception as exc:
+                # not asked again for a second, so that a server that is away costs no list timeout per call
+                self._list_again_at = time.monotonic() + LIST_RETRY_DELAY
+                log.warning("mcp server %s: listing its tools failed (%s)", self.name, type(exc).__name__)
+                return self._tools
+            self._tools, self._tools_read = list(listed.tools), time.monotonic()
         return self._tools
 
     async def call(self, tool: str, arguments: dict[str, Any] | None, meta: dict[str, Any]) -> types.CallToolResult:

@@ -14,12 +14,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from common.event_stream import named_event
-from common.request_body import decode_json, read_body
+from common.request_body import decode_json
 from common.request_id import request_id as request_id_of
+from gateway.apis.mcp_entry import served_or_read
 from gateway.apis.openai import read, request_model
 from gateway.apis.responses.answer import ResponseFrame, answer_response
 from gateway.apis.responses.events import Event, ResponseEvents
-from gateway.apis.responses.mcp_loop import McpTurns, replayed
+from gateway.apis.responses.mcp_loop import McpTurns
 from gateway.apis.responses.mcp_tools import has_mcp_tools
 from gateway.apis.responses.request import chat_body
 from gateway.apis.responses.store import ResponseStore, StoredResponse
@@ -52,23 +53,17 @@ class ResponsesApi:
         if self._mcp is None:
             return await self._proxy.serve(request, ResponseTurn(self.store))
         try:
-            key = await authenticate(self._quota, request)
-        except ApiError:  # the path answers it, and counts it as it counts every refusal
-            return await self._proxy.serve(request, ResponseTurn(self.store))
-        request_id = request_id_of(request.headers)
-        settings = self._proxy.settings
-        try:
-            raw = await read_body(request, max_bytes=settings.max_body_bytes, timeout=settings.server.body_timeout)
-            body = _json_or_none(raw, settings.server.max_json_depth)
-            if not has_mcp_tools(body):  # a plain request (or a broken one, which the path refuses as usual)
-                return await self._proxy.serve(replayed(request, raw), ResponseTurn(self.store))
+            read = await served_or_read(self._proxy, self._quota, request, ResponseTurn(self.store), has_mcp_tools)
+            if isinstance(read, Response):
+                return read
+            key, body = read
             previous = body.get("previous_response_id")
             if previous is not None and not isinstance(previous, str):
                 raise invalid_request("'previous_response_id' must be a string", "previous_response_id")
             history = [] if previous is None else (await owned(self.store, previous, key, "previous_response_id")).items
             return await self._mcp.answer(request, body, key, history, ResponseTurn)
         except ApiError as error:
-            return error.response(request_id)
+            return error.response(request_id_of(request.headers))
 
     async def retrieve(self, request: Request) -> Response:
         return await self._on_stored(request, forget=False)
@@ -96,13 +91,6 @@ class ResponsesApi:
         except Exception:  # as in `owned`: the store failed, the client may retry
             log.exception("deleting response %s failed", response_id[:80])
             raise store_unavailable() from None
-
-
-def _json_or_none(raw: bytes, max_depth: int) -> Any:
-    try:
-        return decode_json(raw, max_depth=max_depth)
-    except ApiError:
-        return None
 
 
 def store_unavailable() -> ApiError:

@@ -11,20 +11,20 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from common.request_body import replay_body
+from common.event_stream import named_event
+from common.request_body import with_body
+from gateway.apis.responses.mcp_events import response_events
 from gateway.apis.responses.mcp_tools import (
     call_item,
     function_tool,
     list_tools_item,
     max_tool_calls,
     mcp_specs,
-    parsed_arguments,
-    result_text,
 )
 from gateway.apis.responses.request import input_items
 from gateway.apis.responses.store import ResponseStore, StoredResponse
-from gateway.errors import invalid_request
-from gateway.mcp.calls import CallRefused, McpCalls, ToolCall
+from gateway.mcp.calls import McpCalls
+from gateway.mcp.model_calls import parsed_arguments, run_model_call
 from gateway.mcp.names import public_name
 from gateway.path.client_wire import ClientWire
 from gateway.path.proxy import Proxy
@@ -45,8 +45,6 @@ class McpTurns:
                      turn: Callable[[ResponseStore], ClientWire]) -> Response:
         """`turn(store)` makes the wire of one round (the Responses API's own); `history` is the conversation
         that `previous_response_id` continues."""
-        if body.get("stream"):
-            raise invalid_request("'stream' is not supported yet with mcp tools; send stream: false", "stream")
         registered = {name: u.config.url for name, u in self._calls.registry.servers.items()}
         specs, limit = mcp_specs(body["tools"], registered), max_tool_calls(body)
         listed = await self._calls.tools_for(key)
@@ -71,8 +69,9 @@ class McpTurns:
             # a forced choice forces the first round only: after a call the model may answer
             asked = "none" if spent and functions else (choice if not made or choice in (None, "auto", "none")
                                                          else "auto")
-            round_body = {**base, "input": items, "store": False, **({"tool_choice": asked} if asked else {})}
-            answer = await self._proxy.serve(replayed(request, json.dumps(round_body).encode()), turn(self._store))
+            round_body = {**base, "input": items, "store": False, "stream": False,
+                          **({"tool_choice": asked} if asked else {})}
+            answer = await self._proxy.serve(with_body(request, json.dumps(round_body).encode()), turn(self._store))
             if answer.status_code != 200:
                 return answer
             response = json.loads(bytes(answer.body))
@@ -84,13 +83,14 @@ class McpTurns:
                 break  # answered, out of calls or tokens, or a function of the client's own: the client's turn
             for item in wanted[:limit - len(made)]:
                 server, tool_name = exposed[item["name"]]
-                output, error = await self._run(request, key, item)
-                made.append(call_item(server, tool_name, item["arguments"], output, error))
+                outcome = await run_model_call(self._calls, key, item["name"], item["arguments"],
+                                               request.headers.get("x-request-id") or item["call_id"],
+                                               request.headers)
+                made.append(call_item(server, tool_name, item["arguments"], outcome.output, outcome.error))
                 sent = item["arguments"] if parsed_arguments(item["arguments"]) is not None else "{}"
                 items += [{"type": "function_call", "call_id": item["call_id"], "name": item["name"],
                            "arguments": sent},  # what the next round reads back must be JSON
-                          {"type": "function_call_output", "call_id": item["call_id"],
-                           "output": output if error is None else f"error: {error}"}]
+                          {"type": "function_call_output", "call_id": item["call_id"], "output": outcome.text}]
         last = response["output"]
         response.update(output=[*listings, *made, *last], usage={**(response.get("usage") or {}), **usage},
                         tools=body["tools"], tool_choice=choice or "auto", store=body.get("store", True),
@@ -98,21 +98,10 @@ class McpTurns:
         if response["store"] and not await self._kept(response, key, [*items, *last]):
             response["store"] = False
         headers = {name: value for name, value in answer.headers.items() if name.startswith("x-")}
+        if body.get("stream"):  # the rounds are done: the stream carries the whole response at once
+            events = b"".join(named_event(e["type"], e) for e in response_events(response))
+            return Response(events, headers={**headers, "cache-control": "no-cache"}, media_type="text/event-stream")
         return JSONResponse(response, headers=headers)
-
-    async def _run(self, request: Request, key: KeyInfo, item: dict[str, Any]) -> tuple[str | None, str | None]:
-        """(output, None) of one call the model made, or (None, why it failed), which the model is told."""
-        arguments = parsed_arguments(item["arguments"])
-        if arguments is None:
-            return None, "the arguments are not a JSON object"
-        call = ToolCall(key, item["name"], arguments, request.headers.get("x-request-id") or item["call_id"],
-                        dict(request.headers))
-        try:
-            result = await self._calls.call(call)
-        except CallRefused as refused:
-            return None, refused.message
-        text = result_text(result)
-        return (None, text) if result.is_error else (text, None)
 
     async def _kept(self, response: dict[str, Any], key: KeyInfo, items: list[dict[str, Any]]) -> bool:
         """Stores the response to continue from; its conversation keeps the calls as function calls and their
@@ -123,11 +112,3 @@ class McpTurns:
             return await self._store.put(response["id"], StoredResponse(key.account_id, response, items))
         except Exception:  # the answer stands; only continuing from it will fail
             return False
-
-
-def replayed(request: Request, body: bytes) -> Request:
-    """The client's request with another body: each round goes through the path as a request of its own, and a
-    client that leaves is still noticed (its connection's messages follow the body)."""
-    headers = [(k, v) for k, v in request.scope["headers"] if k.lower() != b"content-length"]
-    scope = {**request.scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
-    return Request(scope, replay_body(body, request.receive))

@@ -8,12 +8,12 @@ after the `mcp_list_tools` item of its server.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
 
+from gateway.apis.mcp_entry import registered_server
 from gateway.apis.responses.answer import new_id
 from gateway.errors import invalid_request
 
@@ -43,18 +43,7 @@ def mcp_specs(tools: list[Any], registered: dict[str, str]) -> list[McpToolSpec]
         if not isinstance(tool, dict) or tool.get("type") != "mcp":
             continue
         where = f"tools[{i}]"
-        unknown = sorted(set(tool) - SUPPORTED)
-        if unknown:
-            raise invalid_request(f"'{where}.{unknown[0]}' is not supported: the gateway holds each MCP server's "
-                                  "credentials", f"{where}.{unknown[0]}")
-        label = tool.get("server_label")
-        if not isinstance(label, str) or label not in registered:
-            raise invalid_request(f"'{where}.server_label' must name an MCP server registered with this gateway "
-                                  f"({', '.join(sorted(registered)) or 'none is'})", f"{where}.server_label")
-        url = tool.get("server_url")
-        if url is not None and url != registered[label]:
-            raise invalid_request(f"'{where}.server_url' differs from the registered server's; leave it out",
-                                  f"{where}.server_url")
+        label = registered_server(tool, where, registered, SUPPORTED, "server_label", "server_url")
         if tool.get("require_approval", "never") != "never":
             raise invalid_request(f"'{where}.require_approval': only \"never\" is supported (the key's allowlist "
                                   "is the approval)", f"{where}.require_approval")
@@ -97,22 +86,3 @@ def list_tools_item(server: str, tools: list[types.Tool]) -> dict[str, Any]:
 def call_item(server: str, tool: str, arguments: str, output: str | None, error: str | None) -> dict[str, Any]:
     return {"id": new_id("mcp"), "type": "mcp_call", "server_label": server, "name": tool, "arguments": arguments,
             "output": output, "error": error, "approval_request_id": None}
-
-
-def result_text(result: types.CallToolResult) -> str:
-    """What the model reads of a tool's result: its text parts, else the structured content or parts as JSON."""
-    texts = [part.text for part in result.content if isinstance(part, types.TextContent)]
-    if texts:
-        return "\n".join(texts)
-    if result.structured_content is not None:
-        return json.dumps(result.structured_content)
-    return json.dumps([part.model_dump(mode="json", exclude_none=True) for part in result.content])
-
-
-def parsed_arguments(arguments: str) -> dict[str, Any] | None:
-    """The model's arguments as an object; None when they are not one (the call is refused as a bad call)."""
-    try:
-        value = json.loads(arguments or "{}")
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None

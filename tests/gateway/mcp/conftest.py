@@ -36,8 +36,9 @@ def tool_servers(tmp_path: Path) -> Iterator[ToolServers]:
 
 
 @asynccontextmanager
-async def mcp_client(gateway_url: str, secret: str) -> AsyncIterator[Client]:
-    """The official MCP client on the gateway's /mcp, sending the API key as a bearer token."""
+async def mcp_client(gateway_url: str, secret: str, mode: str = "auto") -> AsyncIterator[Client]:
+    """The official MCP client on the gateway's /mcp, sending the API key as a bearer token; `mode: legacy` speaks
+    the handshake era of the protocol (initialize first), `auto` the newest both sides know."""
     async with httpx2.AsyncClient(headers={"authorization": f"Bearer {secret}"}, timeout=30) as http, \
-            Client(streamable_http_client(f"{gateway_url}/mcp", http_client=http), cache=None) as client:
+            Client(streamable_http_client(f"{gateway_url}/mcp", http_client=http), cache=None, mode=mode) as client:
         yield client

@@ -12,6 +12,7 @@ from mcp import MCPError
 
 from tests.gateway.harness import GatewayHarness
 from tests.gateway.mcp.conftest import ToolServers, mcp_client
+from tests.servers import free_port
 from tests.waiting import wait_until_async
 
 StartGateway = Callable[..., Awaitable[GatewayHarness]]
@@ -55,3 +56,18 @@ async def test_a_hanging_server_times_out_at_its_call_deadline(
         assert late.value.data == {"status": 504, "code": "timeout"}
         assert time.monotonic() - started < 10
         assert (await client.call_tool("alpha__add", {"a": 1, "b": 2})).content[0].text == "3"  # type: ignore[union-attr]
+
+
+async def test_a_server_down_from_the_start_is_left_out_and_its_calls_fail_fast(
+        tool_servers: ToolServers, gateway_for: StartGateway) -> None:
+    beta = tool_servers("beta")
+    gateway = await gateway_for([], mcp_servers=[{"name": "down", "url": f"http://127.0.0.1:{free_port()}/mcp"},
+                                                 {"name": "beta", "url": f"{beta.url}/mcp"}])
+    _, secret = await gateway.key()
+    async with mcp_client(gateway.url, secret) as client:
+        assert {t.name.split("__")[0] for t in (await client.list_tools()).tools} == {"beta"}
+        started = time.monotonic()
+        with pytest.raises(MCPError) as down:
+            await client.call_tool("down__echo", {"text": "hi"})
+        assert down.value.data == {"status": 503, "code": "unavailable", "retry_after": 1.0}
+        assert time.monotonic() - started < 5

@@ -3,6 +3,7 @@ only its tools, calls are counted, charged, limited and audited, and bad input g
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -16,6 +17,7 @@ from mcp_types import TextContent
 from gateway.mcp.calls import RATE_LIMITED, TOO_LARGE, TOOL_REFUSED, UNKNOWN_TOOL
 from tests.gateway.harness import GatewayHarness
 from tests.gateway.mcp.conftest import ToolServers, mcp_client
+from tests.gateway.otlp_collector import running_collector
 
 StartGateway = Callable[..., Awaitable[GatewayHarness]]
 ALPHA_KEY = "alpha-upstream-secret-93f1c7"
@@ -55,6 +57,14 @@ async def test_a_key_lists_and_calls_only_the_tools_its_allowlist_names(federate
         assert len((await client.list_tools()).tools) == 10
 
 
+async def test_a_handshake_era_client_lists_and_calls_too(federated: GatewayHarness) -> None:
+    _, secret = await federated.key(models=["mcp:beta__*"])
+    async with mcp_client(federated.url, secret, mode="legacy") as client:
+        assert client.protocol_version < "2026"
+        assert len((await client.list_tools()).tools) == 5
+        assert text(await client.call_tool("beta__add", {"a": 1, "b": 2})) == "3"
+
+
 async def test_unknown_tools_and_oversized_input_or_output_get_mcp_errors_not_hangs(
         federated: GatewayHarness) -> None:
     _, secret = await federated.key()
@@ -82,7 +92,8 @@ async def test_a_call_carries_the_servers_credentials_and_the_callers_trace(fede
 
 async def test_calls_are_counted_charged_and_audited_without_arguments(
         federated: GatewayHarness, caplog: pytest.LogCaptureFixture) -> None:
-    key_id, secret = await federated.key()
+    account = await federated.account()
+    key_id, secret = await federated.key(account_id=account)
     caplog.set_level(logging.INFO, logger="tidegate.gateway.mcp.audit")
     async with mcp_client(federated.url, secret) as client:
         for _ in range(3):
@@ -99,6 +110,9 @@ async def test_calls_are_counted_charged_and_audited_without_arguments(
     assert [(line["key_id"], line["server"], line["tool"], line["outcome"]) for line in lines] == [
         (key_id, "alpha", "echo", "ok")] * 3 + [(key_id, "beta", "add", "ok")]
     assert "private words" not in caplog.text and all(line["latency_ms"] > 0 for line in lines)
+    records = (await federated.admin.get(f"/admin/accounts/{account}/requests")).json()["data"]
+    assert sorted((r["model"], r["channel"], r["outcome"]) for r in records) == [
+        ("mcp:alpha__echo", "mcp:alpha", "ok")] * 3 + [("mcp:beta__add", "mcp:beta", "ok")]
 
 
 async def test_an_account_that_opts_in_has_its_arguments_audited(
@@ -136,8 +150,37 @@ async def test_past_its_rpm_a_key_gets_a_429_with_retry_after(federated: Gateway
     assert 'tidegate_mcp_calls_total{outcome="rate_limit_exceeded",server="beta",tool="echo"} 2.0' in metrics
 
 
-async def test_mcp_without_a_valid_key_is_a_401(federated: GatewayHarness) -> None:
-    async with httpx.AsyncClient() as http:
-        answer = await http.post(f"{federated.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                                 headers={"authorization": "Bearer tg-wrong", "accept": "application/json"})
-    assert answer.status_code == 401 and answer.json()["error"]["code"] == "invalid_api_key"
+async def test_mcp_without_a_valid_key_is_a_401_and_broken_requests_are_4xx(federated: GatewayHarness) -> None:
+    _, secret = await federated.key()
+    accept = "application/json, text/event-stream"
+    async with httpx.AsyncClient(base_url=federated.url) as http:
+        answer = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                                 headers={"authorization": "Bearer tg-wrong", "accept": accept})
+        assert answer.status_code == 401 and answer.json()["error"]["code"] == "invalid_api_key"
+        assert (await http.post("/mcp", json={})).status_code == 401
+        authorized = {"authorization": f"Bearer {secret}", "accept": accept, "content-type": "application/json"}
+        for body in (b"{not json", b"[]", b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": 7}',
+                     b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": 7}}'):
+            broken = await http.post("/mcp", content=body, headers=authorized)
+            assert 400 <= broken.status_code < 500 or "error" in broken.json(), (body, broken.status_code)
+            assert broken.status_code != 500
+        assert (await http.get("/mcp", headers=authorized)).status_code == 405
+
+
+async def test_with_tracing_on_a_call_is_one_trace_from_the_client_through_the_gateway_to_the_server(
+        tool_servers: ToolServers, gateway_for: StartGateway) -> None:
+    alpha = tool_servers("alpha")
+    with running_collector() as collector:
+        gateway = await gateway_for([], tracing={"exporter": "otlp", "otlp_endpoint": collector.endpoint},
+                                    mcp_servers=[{"name": "alpha", "url": f"{alpha.url}/mcp"}])
+        _, secret = await gateway.key()
+        async with mcp_client(gateway.url, secret) as client:
+            seen = json.loads(text(await client.call_tool("alpha__context", {}, meta={"traceparent": TRACEPARENT})))
+        _, trace_id, sent_span, _ = seen["meta"]["traceparent"].split("-")
+        spans = await asyncio.to_thread(collector.wait_for, lambda found: any(s.span_id == sent_span for s in found))
+    by_id = {s.span_id: s for s in spans}
+    attempt = by_id[sent_span]  # the server's parent: the gateway's span of the call it sent
+    request = by_id[attempt.parent_span_id]
+    assert attempt.name == "gateway.upstream_attempt" and request.name == "POST /mcp"
+    assert trace_id == attempt.trace_id == request.trace_id == TRACEPARENT.split("-")[1]
+    assert request.parent_span_id == TRACEPARENT.split("-")[2]  # the client's span

@@ -6,6 +6,7 @@ import { addChannel, refreshChannels } from "./channels.js";
 import { $, showError } from "./dom.js";
 import { canSetPrices, refreshMoney, refreshUnitCost, setPrice } from "./money.js";
 import { createAccount, createKey, createSubAccount, openAccount, renderAccounts } from "./tenants.js";
+import { addServer, refreshTools } from "./tools.js";
 import { POLL_MS, refreshLive, refreshUsage, renderUsageFilterOptions } from "./usage.js";
 
 async function signIn(adminKey) {
@@ -38,13 +39,15 @@ function showRole() {
   const tenant = isTenantAdmin();
   $("#whoami").textContent = `${state.me.role}${tenant ? ` of ${state.accounts[0]?.name ?? state.me.account_id}` : ""}`;
   $("#create-account").hidden = tenant;
-  for (const part of ["#channels", "#nav-channels", "#audit", "#nav-audit", "#unit-cost"]) $(part).hidden = tenant;
+  for (const part of ["#channels", "#nav-channels", "#tools", "#nav-tools", "#audit", "#nav-audit", "#unit-cost"]) {
+    $(part).hidden = tenant;
+  }
   $("#set-price").hidden = !canSetPrices();
   document.body.dataset.role = state.me.role;
 }
 
 function refreshChannelsIfShown() {
-  return isTenantAdmin() ? Promise.resolve() : refreshChannels();
+  return isTenantAdmin() ? Promise.resolve() : Promise.all([refreshChannels(), refreshTools()]);
 }
 
 function signOut(message) {
@@ -85,6 +88,7 @@ onSubmit("#create-key", createKey);
 onSubmit("#usage-filter", refreshUsage);
 onSubmit("#audit-filter", refreshAudit);
 onSubmit("#add-channel", addChannel);
+onSubmit("#add-mcp-server", addServer);
 onSubmit("#set-price", setPrice);
 onSubmit("#unit-cost-filter", refreshUnitCost);
 
