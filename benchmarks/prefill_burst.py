@@ -112,15 +112,16 @@ def phase(clock: StepClock, name: str) -> Iterator[None]:
         clock.phase = previous
 
 
-def single_prefill(engine: Engine, clock: StepClock, prompt: list[int], repeats: int) -> None:
+def single_prefill(engine: Engine, clock: StepClock, prompts: list[list[int]], repeats: int) -> None:
+    """Each prompt new to the prefix cache, so that the whole prompt is computed."""
     wholes, gemms = [], []
     for i in range(repeats + 1):  # the first warms up
         with phase(clock, f"single-{i}"):
-            engine.generate_offline([[*prompt[1:], prompt[0] + i]], SamplingParams(max_tokens=1, ignore_eos=True))
+            engine.generate_offline([prompts[i]], SamplingParams(max_tokens=1, ignore_eos=True))
         if i:
             wholes.append(1000 * clock.parts[f"single-{i}"]["whole step"])
             gemms.append(1000 * clock.parts[f"single-{i}"]["block GEMM (>8 rows)"])
-    print(f"one {len(prompt)}-token prompt's prefill step: median {statistics.median(wholes):.1f} ms "
+    print(f"one {len(prompts[0])}-token prompt's prefill step: median {statistics.median(wholes):.1f} ms "
           f"(block GEMM {statistics.median(gemms):.1f} ms), of {repeats}: "
           f"{', '.join(f'{w:.0f}' for w in wholes)} ms")
 
@@ -145,8 +146,11 @@ def main() -> None:
     instrument(engine, clock)
     rng = random.Random(args.seed)
     vocab = engine.tokenizer.vocab_size
-    prompts = [[rng.randrange(1000, vocab) for _ in range(args.input_len)] for _ in range(args.num_requests)]
-    single_prefill(engine, clock, prompts[0], args.repeats)
+    def random_prompts(n: int) -> list[list[int]]:
+        return [[rng.randrange(1000, vocab) for _ in range(args.input_len)] for _ in range(n)]
+
+    single_prefill(engine, clock, random_prompts(args.repeats + 1), args.repeats)
+    prompts = random_prompts(args.num_requests)
 
     first_tokens: list[float] = []
     burst_done = [False]
