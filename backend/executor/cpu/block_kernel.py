@@ -120,7 +120,8 @@ def _load() -> ModuleType | None:
 
 @functools.cache
 def load() -> ModuleType | None:
-    """The kernel module (`linear`, `dequantize`, `uses_avx2`), built on first use; None where it cannot be."""
+    """The kernel module (`linear`, `dequantize`, `uses_avx2`, `uses_avx512_vnni`, `set_isa`), built on first
+    use; None where it cannot be."""
     return _load()
 
 
@@ -143,7 +144,8 @@ def main(argv: list[str]) -> int:
     module = load()
     if module is None:
         return 1
-    print(f"CPU kernels ready in {cache_dir()} (AVX2 path: {module.uses_avx2()})")
+    print(f"CPU kernels ready in {cache_dir()} (AVX2 path: {module.uses_avx2()}, "
+          f"AVX-512 VNNI prefill GEMM: {module.uses_avx512_vnni()})")
     return 0
 
 

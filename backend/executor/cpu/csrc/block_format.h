@@ -123,6 +123,14 @@ AVX2_TARGET inline void dequantize_group_avx2(const Matrix& w, int64_t g, int64_
 
 // Many rows (prefill, big batches) as a GEMM over the panels [begin, end) of kPanel output rows (block_gemm.cpp).
 AVX2_TARGET void many_rows_avx2(const Matrix& w, const float* x, int64_t rows, float* y, int64_t begin, int64_t end);
+// Many rows (prefill, big batches) of a weight with 8- or 16-bit activations, on AVX-512 VNNI: the rows quantized
+// as the decode path quantizes them (x, with x8 their int8 copy for 8-bit activations, else null), multiplied
+// with the wide panels [begin, end) of kWidePanel output rows in integer dot products (block_gemm.cpp).
+constexpr int64_t kWidePanel = 32;
+AVX512_TARGET void many_rows_vnni(const Matrix& w, const QuantizedRows& x, const int8_t* x8, int64_t rows, float* y,
+                                  int64_t begin, int64_t end);
+// n int16 values (each within -127..127) as int8.
+AVX512_TARGET void narrow_to_int8(const int16_t* q, int64_t n, int8_t* out);
 AVX2_TARGET void quantize_rows_avx2(const float* x, int64_t rows, int64_t in, float levels, const QuantizedRows& out);
 AVX2_TARGET void integer_rows_avx2(const Matrix& w, const QuantizedRows& x, int64_t rows, float* y, int64_t begin,
                                    int64_t end);

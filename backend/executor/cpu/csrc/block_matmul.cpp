@@ -8,7 +8,8 @@
 // integers (block_integer_dot.cpp); float32 products run as a GEMM (block_gemm.cpp): 16 output rows dequantized
 // once into a k-major panel, tiles of up to 6 activation rows multiplied with it by broadcast and FMA, so the
 // result equals F.linear(x, dequantized) up to summation order. Products use torch's threads. An
-// AVX2+FMA+F16C path is chosen at run time; a scalar path runs elsewhere. Nothing needs AVX-512.
+// AVX2+FMA+F16C path is chosen at run time; a scalar path runs elsewhere. Nothing needs AVX-512, but where the
+// CPU has AVX-512 VNNI, many rows with 8- or 16-bit activations run as an integer GEMM (block_gemm.cpp).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -100,31 +101,61 @@ Matrix matrix_of(const torch::Tensor& quants, const torch::Tensor& scales, const
 // The grain keeps each task a few hundred microseconds of work at least: small matrices stay on one thread.
 int64_t grain_for(int64_t in, int64_t rows) { return std::max<int64_t>(1, 65536 / (in * std::max<int64_t>(rows, 1))); }
 
-// The rows quantized, into scratch kept per calling thread (a decode step makes a hundred products).
+constexpr int64_t kQuantizeGrain = 16;  // rows a thread quantizes at least: a decode step's stay on the caller
+
+// The rows quantized, into scratch kept per calling thread (a decode step makes a hundred products); a prefill's
+// many rows split over threads.
 QuantizedRows quantize_rows(const float* x, int64_t rows, int64_t in, int64_t bits, bool avx2) {
   thread_local std::vector<int16_t> q;
   thread_local std::vector<float> d, s;
+  const int64_t blocks = in / kBlock;
   q.resize(rows * in);
-  d.resize(rows * in / kBlock);
-  s.resize(rows * in / kBlock);
+  d.resize(rows * blocks);
+  s.resize(rows * blocks);
   const QuantizedRows out{q.data(), d.data(), s.data()};
   const float levels = bits == 8 ? 127.0f : 32767.0f;  // the largest |q| of a block
+  at::parallel_for(0, rows, kQuantizeGrain, [&](int64_t begin, int64_t end) {
+    const QuantizedRows part{out.q + begin * in, out.d + begin * blocks, out.s + begin * blocks};
 #if defined(__x86_64__)
-  if (avx2) {
-    quantize_rows_avx2(x, rows, in, levels, out);
-    return out;
-  }
+    if (avx2) return quantize_rows_avx2(x + begin * in, end - begin, in, levels, part);
 #endif
-  quantize_rows_scalar(x, rows, in, levels, out);
+    quantize_rows_scalar(x + begin * in, end - begin, in, levels, part);
+  });
   return out;
 }
 
+#if defined(__x86_64__)
+// Many rows with 8- or 16-bit activations on AVX-512 VNNI (block_gemm.cpp): quantized as the decode path does,
+// then the wide panels split over threads.
+void many_rows_integer(const Matrix& w, const float* x, int64_t rows, float* y, int64_t bits) {
+  const QuantizedRows xq = quantize_rows(x, rows, w.in, bits, true);
+  const int8_t* x8 = nullptr;
+  if (bits == 8) {  // vpdpbusd reads bytes
+    thread_local std::vector<int8_t> narrow;
+    narrow.resize(rows * w.in);
+    int8_t* out = narrow.data();  // named here: inside the loop `narrow` would be each worker's own
+    at::parallel_for(0, rows, kQuantizeGrain, [&](int64_t begin, int64_t end) {
+      narrow_to_int8(xq.q + begin * w.in, (end - begin) * w.in, out + begin * w.in);
+    });
+    x8 = out;
+  }
+  const int64_t panels = (w.out + kWidePanel - 1) / kWidePanel;
+  at::parallel_for(0, panels, grain_for(w.in * kWidePanel, rows), [&](int64_t begin, int64_t end) {
+    many_rows_vnni(w, xq, x8, rows, y, begin, end);
+  });
+}
+#endif
+
 // With `activation_bits` 8 or 16, 1 to kFewRows rows are quantized once and multiplied in integer dot products,
-// threads splitting the groups of output rows; 32 (float32, exact) and more rows run as the GEMM, threads
-// splitting its panels.
+// threads splitting the groups of output rows, and so are more rows on AVX-512 VNNI (as an integer GEMM); 32
+// (float32, exact) and elsewhere more rows run as the float32 GEMM, threads splitting its panels.
 void multiply(const Matrix& w, const float* x, int64_t rows, float* y, int64_t activation_bits) {
   const bool avx2 = use_avx2();
   if (rows == 0) return;
+#if defined(__x86_64__)
+  if (activation_bits != 32 && rows > kFewRows && use_avx512_vnni())
+    return many_rows_integer(w, x, rows, y, activation_bits);
+#endif
   if (activation_bits != 32 && rows <= kFewRows) {
     const QuantizedRows xq = quantize_rows(x, rows, w.in, activation_bits, avx2);
     at::parallel_for(0, w.groups(), std::max<int64_t>(1, grain_for(w.in, rows) / kGroup), [&](int64_t begin, int64_t end) {
@@ -222,5 +253,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("dequantize", &dequantize, "rows `ids` of a weight in interleaved GGML blocks as float32", no_gil);
   m.def("uses_avx2", &use_avx2, "whether the AVX2+FMA+F16C path runs on this CPU");
   m.def("set_scalar_only", &set_scalar_only, "run the portable paths of every kernel even where AVX2 is there (tests)");
+  m.def("uses_avx512_vnni", &use_avx512_vnni,
+        "whether products of many rows with 8- or 16-bit activations run on AVX-512 VNNI on this CPU");
+  m.def("set_isa", [](const std::string& isa) {
+    TORCH_CHECK(isa == "scalar" || isa == "avx2" || isa == "avx512", "isa: scalar, avx2 or avx512");
+    set_isa_limit(isa == "scalar" ? kScalar : isa == "avx2" ? kAvx2 : kAvx512Vnni);
+  }, "the widest instruction set every kernel may use, capped at the CPU's (tests, benchmarks)");
   tidegate_ops::bind_decode_stack(m);
 }

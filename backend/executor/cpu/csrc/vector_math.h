@@ -1,9 +1,12 @@
 // AVX2+FMA+F16C helpers shared by all of the extension's kernels, and the one run-time choice of path for them;
-// every caller keeps a scalar path, so nothing needs these (or AVX-512) to run.
+// every caller keeps a scalar path, so nothing needs these (or AVX-512) to run. The block GEMM also has an
+// AVX-512 VNNI path (block_gemm.cpp), chosen by the same switch.
 #pragma once
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -22,18 +25,47 @@ inline bool cpu_has_avx2() {
 #endif
 }
 
-// Set by tests, so that the portable paths run on AVX2 machines too; one flag for every kernel of the extension.
-inline std::atomic<bool>& scalar_only() {
-  static std::atomic<bool> flag{false};
-  return flag;
+// Whether this CPU has AVX-512 F/BW/VL with VNNI (vpdpbusd, vpdpwssd) besides AVX2.
+inline bool cpu_has_avx512_vnni() {
+#if defined(__x86_64__)
+  static const bool supported = cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+                                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                                __builtin_cpu_supports("avx512vnni");
+  return supported;
+#else
+  return false;
+#endif
 }
 
-inline bool use_avx2() { return cpu_has_avx2() && !scalar_only().load(); }
+// The widest instruction set the kernels may use: the CPU's, capped by TIDEGATE_CPU_ISA (scalar, avx2, avx512) at
+// load, or by tests at run time, so that each path is exercised and timed on one machine.
+enum Isa : int { kScalar = 0, kAvx2 = 1, kAvx512Vnni = 2 };
 
-inline void set_scalar_only(bool value) { scalar_only().store(value); }
+inline int isa_from_environment() {
+  const char* name = std::getenv("TIDEGATE_CPU_ISA");
+  if (name == nullptr) return kAvx512Vnni;
+  if (std::strcmp(name, "scalar") == 0) return kScalar;
+  if (std::strcmp(name, "avx2") == 0) return kAvx2;
+  return kAvx512Vnni;
+}
+
+inline std::atomic<int>& isa_limit() {
+  static std::atomic<int> limit{isa_from_environment()};
+  return limit;
+}
+
+inline bool use_avx2() { return cpu_has_avx2() && isa_limit().load() >= kAvx2; }
+inline bool use_avx512_vnni() { return cpu_has_avx512_vnni() && isa_limit().load() >= kAvx512Vnni; }
+
+inline void set_isa_limit(int isa) { isa_limit().store(isa); }
+
+// Set by tests, so that the portable paths run on AVX2 machines too; one flag for every kernel of the extension.
+// Turned off, it restores the limit of the environment.
+inline void set_scalar_only(bool value) { set_isa_limit(value ? kScalar : isa_from_environment()); }
 
 #if defined(__x86_64__)
 #define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+#define AVX512_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 
 AVX2_TARGET inline float hsum(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -1,7 +1,7 @@
 """The block kernel multiplies with the file's own Q4_0/Q4_1/Q8_0 values: its exact products equal the float32
 product of the dequantized matrix up to summation order, its decode products with 8-bit activations equal
 llama.cpp's integer arithmetic (the same quantized activations, bit for bit, on the AVX2 and the portable path),
-within a stated tolerance of the exact product; the default model answers alike in `auto` and `none`; and where
+within a stated tolerance of the exact product, and so do its products of many rows on AVX-512 VNNI; the default model answers alike in `auto` and `none`; and where
 the kernel cannot be built the quantized forms fall back to torch's, still correct."""
 
 from __future__ import annotations
@@ -53,14 +53,18 @@ def _assert_matches(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None
     assert bool(((out - F.linear(x, w)).abs() <= 1e-5 * bound).all())
 
 
-@pytest.fixture(params=["avx2", "scalar"])
+@pytest.fixture(params=["avx512", "avx2", "scalar"])
 def path(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each instruction set the kernel has, forced: AVX-512 VNNI (products of many rows with integer activations),
+    AVX2, and the portable path."""
     assert kernel is not None
+    if request.param == "avx512" and not kernel.uses_avx512_vnni():
+        pytest.skip("this CPU lacks AVX-512 VNNI")
     if request.param == "avx2" and not kernel.uses_avx2():
         pytest.skip("this CPU lacks AVX2+FMA+F16C")
-    kernel.set_scalar_only(request.param == "scalar")
+    kernel.set_isa(request.param)
     yield request.param
-    kernel.set_scalar_only(False)
+    kernel.set_scalar_only(False)  # back to the CPU's widest (or TIDEGATE_CPU_ISA's)
 
 
 def test_interleave_alternates_the_rows_of_a_group_in_units_and_pads_the_last_group() -> None:
@@ -165,6 +169,14 @@ def _assert_integer_product(out: torch.Tensor, x: torch.Tensor, blocks: BlockQua
     assert bool(((out.double() - value).abs() <= 1e-5 * bound).all())
 
 
+def _assert_product(out: torch.Tensor, x: torch.Tensor, blocks: BlockQuantized, activations: str, path: str) -> None:
+    """1 to 8 rows, and on AVX-512 VNNI any number, multiply in integers; more rows elsewhere exactly."""
+    if x.shape[0] <= 8 or path == "avx512":
+        _assert_integer_product(out, x, blocks, activations)
+    else:
+        _assert_matches(out, x, torch.from_numpy(dequantize(blocks.blocks.numpy(), Q[blocks.kind])))
+
+
 def _integer(blocks: BlockQuantized, activations: str) -> BlockWeight:
     assert kernel is not None
     return from_blocks(blocks, kernel, activations)
@@ -194,14 +206,32 @@ def test_activations_quantize_as_llama_cpp_does_on_both_paths(activations: str, 
 @pytest.mark.parametrize("activations", INTEGER)
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize(("rows", "cols"), [(1, 1056), (2, 96), (3, 288), (4, 96), (5, 1056), (6, 288), (7, 96),
-                                           (8, 288)])
+                                           (8, 288), (9, 96), (11, 1056), (13, 288), (40, 96)])
 def test_integer_products_equal_exact_integer_dot_products(
     kind: str, rows: int, cols: int, activations: str, path: str
 ) -> None:
-    """Odd shapes: 3 blocks (all tail), 9 and 33 (past a chunk of 32) blocks a row, 77 output rows."""
+    """Odd shapes: 3 blocks (all tail), 9 and 33 (past a chunk of 32) blocks a row, 77 output rows (2 wide panels
+    of 32, the second part padding); from 9 rows, tiles of 6 activation rows with 1- to 5-row tails."""
     blocks, _ = _blocks(kind, cols=cols, seed=rows)
     x = torch.randn(rows, cols, generator=torch.Generator().manual_seed(rows))
-    _assert_integer_product(_integer(blocks, activations).linear(x), x, blocks, activations)
+    _assert_product(_integer(blocks, activations).linear(x), x, blocks, activations, path)
+
+
+@needs_kernel
+@pytest.mark.parametrize("activations", INTEGER)
+@pytest.mark.parametrize("kind", KINDS)
+def test_vnni_many_rows_equal_the_decode_products_of_the_same_rows(kind: str, activations: str) -> None:
+    """The integer GEMM quantizes each row as the decode path does, so a prefill of 21 rows gives each row what a
+    decode step of it alone would, up to the order of the float32 sums of the blocks."""
+    assert kernel is not None
+    if not kernel.uses_avx512_vnni():
+        pytest.skip("this CPU lacks AVX-512 VNNI")
+    blocks, _ = _blocks(kind, rows=100, cols=288, seed=2)
+    weight = _integer(blocks, activations)
+    x = torch.randn(21, 288, generator=torch.Generator().manual_seed(2))
+    _, bound = _integer_product(x, blocks, activations)
+    one_by_one = torch.cat([weight.linear(x[i : i + 1]) for i in range(21)])
+    assert bool(((weight.linear(x) - one_by_one).abs().double() <= 1e-5 * bound).all())
 
 
 @needs_kernel
@@ -228,43 +258,50 @@ def test_scalar_and_avx2_integer_paths_agree(kind: str, activations: str) -> Non
 @needs_kernel
 @pytest.mark.parametrize("activations", INTEGER)
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("rows", [4, 40])
 def test_integer_products_split_over_threads_equal_exact_integer_dot_products(
-    kind: str, activations: str, path: str, two_threads: None
+    kind: str, activations: str, rows: int, path: str, two_threads: None
 ) -> None:
+    """1,000 output rows (wide panels and groups split over the threads), 40 rows (quantized by both threads)."""
     blocks, _ = _blocks(kind, rows=1000, cols=256, seed=4)
-    x = torch.randn(4, 256, generator=torch.Generator().manual_seed(4))
-    _assert_integer_product(_integer(blocks, activations).linear(x), x, blocks, activations)
+    x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(4))
+    _assert_product(_integer(blocks, activations).linear(x), x, blocks, activations, path)
 
 
 @needs_kernel
 @pytest.mark.parametrize("activations", INTEGER)
 @pytest.mark.parametrize("kind", KINDS)
-def test_zero_and_tiny_activations_give_zeros_not_nan(kind: str, activations: str, path: str) -> None:
+@pytest.mark.parametrize("rows", [3, 12])
+def test_zero_and_tiny_activations_give_zeros_not_nan(kind: str, activations: str, rows: int, path: str) -> None:
     blocks, _ = _blocks(kind)
     weight = _integer(blocks, activations)
-    x = torch.randn(3, 96, generator=torch.Generator().manual_seed(3))
+    x = torch.randn(rows, 96, generator=torch.Generator().manual_seed(3))
     x[0] = 0.0
     x[1, 32:64] = 0.0  # one block of scale 0 among others
     x[2, 64:96] = 1e-36  # so small that L / max|x| would overflow: rounded to zeros too
     out = weight.linear(x)
     assert torch.equal(out[0], torch.zeros(77)) and not out.isnan().any()
-    _assert_integer_product(out, x, blocks, activations)
+    _assert_product(out, x, blocks, activations, path)
     assert weight.linear(torch.zeros(0, 96)).shape == (0, 77)
 
 
 @needs_kernel
 @pytest.mark.parametrize(("activations", "tolerance"), [("int8", 1e-2), ("int16", 1e-4)])
 @pytest.mark.parametrize("kind", KINDS)
-def test_integer_products_stay_close_to_the_exact_product(kind: str, activations: str, tolerance: float) -> None:
+def test_integer_products_stay_close_to_the_exact_product(
+    kind: str, activations: str, tolerance: float, path: str
+) -> None:
     """Rounding each activation to 8 bits of its block's largest costs about 0.5% (norm) on normal activations,
-    to 16 bits about 0.002%; from 9 rows on every product is the exact one."""
+    to 16 bits about 0.002%; from 9 rows on every product is the exact one, except on AVX-512 VNNI, where many
+    rows multiply in integers too."""
     blocks, _ = _blocks(kind, cols=576)
-    x = torch.randn(9, 576, generator=torch.Generator().manual_seed(8))
+    x = torch.randn(40, 576, generator=torch.Generator().manual_seed(8))
     exact, integer = _exact(blocks), _integer(blocks, activations)
-    for rows in (1, 8):
+    for rows in (1, 8, 9, 40):
         reference = exact.linear(x[:rows])
         assert float((integer.linear(x[:rows]) - reference).norm() / reference.norm()) < tolerance
-    assert torch.equal(integer.linear(x), exact.linear(x))
+    if path != "avx512":
+        assert torch.equal(integer.linear(x[:9]), exact.linear(x[:9]))
 
 
 @needs_kernel
