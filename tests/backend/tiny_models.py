@@ -71,16 +71,18 @@ def _permute(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _random_k_quant(rows: int, cols: int, qtype: Q, rng: np.random.Generator) -> np.ndarray:
-    """Random K-quant blocks with sane scales (gguf-py cannot quantise K types, only dequantise them)."""
+# Where each type's float16 scales sit in its block (the rest is random quants).
+_SCALE_OFFSETS = {Q.Q2_K: (-4, -2), Q.Q3_K: (-2,), Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (-2,), Q.IQ4_NL: (0,),
+                  Q.IQ4_XS: (0,)}
+
+
+def _random_blocks(rows: int, cols: int, qtype: Q, rng: np.random.Generator) -> np.ndarray:
+    """Random blocks with sane scales, for the types gguf-py can dequantise but not quantise."""
     block, size = gguf.GGML_QUANT_SIZES[qtype]
     data = rng.integers(0, 256, size=(rows, cols // block, size), dtype=np.uint8)
     scale = np.frombuffer(np.float16(0.004).tobytes(), dtype=np.uint8)
-    if qtype == Q.Q6_K:
-        data[..., -2:] = scale  # d is the last field
-    else:
-        data[..., 0:2] = scale  # d
-        data[..., 2:4] = scale  # dmin
+    for offset in _SCALE_OFFSETS[qtype]:
+        data[..., offset : offset + 2 or None] = scale
     return data.reshape(rows, -1)
 
 
@@ -113,7 +115,7 @@ def write_gguf(
     """Write HF-named tensors as a GGUF; `types` maps a GGUF tensor name to its type (default F32).
 
     `extra` adds tensors as they are (F32), such as llama.cpp's `rope_freqs.weight`.
-    K-quant tensors get random content (gguf-py cannot encode them); the caller compares against a
+    K-quant and IQ4 tensors get random content (gguf-py cannot encode them); the caller compares against a
     reference that reads the same file, so the values need not come from `state`.
     """
     rng = np.random.default_rng(seed)
@@ -131,8 +133,8 @@ def write_gguf(
         elif arch == "llama" and name.endswith("attn_k.weight"):
             w = _permute(w, config.num_key_value_heads)
         qtype = types.get(name, Q.F32)
-        if qtype in (Q.Q4_K, Q.Q5_K, Q.Q6_K):
-            writer.add_tensor(name, _random_k_quant(*w.shape, qtype, rng), raw_dtype=qtype)
+        if qtype in _SCALE_OFFSETS:
+            writer.add_tensor(name, _random_blocks(*w.shape, qtype, rng), raw_dtype=qtype)
         elif qtype == Q.F32:
             writer.add_tensor(name, np.ascontiguousarray(w))
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,17 @@ from gguf import GGMLQuantizationType as Q
 from backend.executor.model.config import UnsupportedModelError
 from backend.loading.loader import load_model
 from tests.backend.model_harness import prefill_logits
-from tests.backend.tiny_models import tiny_config, tiny_hf_model, write_gguf, write_hf_folder
+from tests.backend.tiny_models import (
+    FFN,
+    HIDDEN,
+    add_byte_tokenizer,
+    add_shape,
+    finish_gguf,
+    tiny_config,
+    tiny_hf_model,
+    write_gguf,
+    write_hf_folder,
+)
 
 PROMPT = [*range(3, 60, 2), 200, 17, 17, 42]
 
@@ -161,12 +172,41 @@ def test_unsupported_architecture_is_named(tmp_path: Path) -> None:
         load_model(path)
 
 
-def test_unsupported_tensor_type_is_named(tmp_path: Path) -> None:
+# Types no kernel computes: Q5_0/Q5_1 encoded from the weights, Q3_K and IQ4_NL random blocks.
+DEQUANTIZED_TYPES = {
+    "blk.0.attn_q.weight": Q.Q5_0, "blk.0.attn_k.weight": Q.Q5_0, "blk.0.ffn_up.weight": Q.Q5_0,
+    "blk.1.ffn_gate.weight": Q.Q5_1, "blk.1.attn_v.weight": Q.Q3_K, "blk.1.ffn_down.weight": Q.IQ4_NL,
+}
+
+
+@pytest.mark.parametrize("quantization", ["none", "auto"])
+def test_types_without_a_kernel_load_dequantized_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, quantization: str
+) -> None:
     config = tiny_config("llama")
-    path = write_gguf(
-        tmp_path / "q5.gguf", tiny_hf_model(config).state_dict(), config, types={"blk.1.ffn_up.weight": Q.Q5_0}
+    path = write_gguf(tmp_path / "q5.gguf", tiny_hf_model(config).state_dict(), config, types=DEQUANTIZED_TYPES)
+    with caplog.at_level(logging.WARNING, logger="backend.loading.gguf_weights"):
+        ours = load_model(path, quantization=quantization)
+    torch.testing.assert_close(
+        prefill_logits(ours.model, PROMPT), hf_logits(transformers_from_gguf(path), PROMPT), rtol=1e-4, atol=1e-4
     )
-    with pytest.raises(UnsupportedModelError, match=r"blk\.1\.ffn_up\.weight.*Q5_0"):
+    [record] = [r for r in caplog.records if r.name == "backend.loading.gguf_weights"]
+    assert "has 1 IQ4_NL, 1 Q3_K, 3 Q5_0, 1 Q5_1 tensors; no kernel computes IQ4_NL/Q3_K/Q5_0/Q5_1 natively" in (
+        record.getMessage())
+
+
+def test_unreadable_tensor_type_is_refused_by_name(tmp_path: Path) -> None:
+    # Q8_K exists only as llama.cpp's intermediate for dot products: gguf-py cannot read it, nor can we.
+    config = tiny_config("llama")
+    path = tmp_path / "q8k.gguf"
+    writer = gguf.GGUFWriter(path, "llama")
+    add_shape(writer, config)
+    add_byte_tokenizer(writer)
+    writer.add_tensor("token_embd.weight", np.zeros((257, HIDDEN), dtype=np.float32))
+    block, size = gguf.GGML_QUANT_SIZES[Q.Q8_K]
+    writer.add_tensor("blk.0.ffn_up.weight", np.zeros((FFN, HIDDEN // block * size), dtype=np.uint8), raw_dtype=Q.Q8_K)
+    finish_gguf(writer, path, {})
+    with pytest.raises(UnsupportedModelError, match=r"blk\.0\.ffn_up\.weight has unsupported type Q8_K"):
         load_model(path)
 
 
