@@ -63,7 +63,7 @@ _LAYER_NAMES = {
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
-_GLOBAL_NAMES = {
+GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
     "output.weight": "lm_head.weight",
@@ -112,7 +112,7 @@ def read_gguf(path: Path, *, keep_blocks: bool = False) -> GGUFContents:
             )
     _warn_dequantized(path, reader, config.architecture)
     family = FAMILIES[config.architecture]
-    names = {**_LAYER_NAMES, **family.GGUF_NAMES}
+    names = layer_names(config.architecture)
     freq_factors = None
     weights: dict[str, Weight] = {}
     for name, t in tensors.items():
@@ -147,6 +147,11 @@ def read_gguf(path: Path, *, keep_blocks: bool = False) -> GGUFContents:
     return GGUFContents(metadata, config, weights, freq_factors)
 
 
+def layer_names(architecture: str) -> dict[str, str]:
+    """GGUF names of a layer's tensors (`attn_q.weight`) to the Hugging Face ones (`self_attn.q_proj.weight`)."""
+    return {**_LAYER_NAMES, **FAMILIES[architecture].GGUF_NAMES}
+
+
 def _warn_dequantized(path: Path, reader: GGUFReader, architecture: str) -> None:
     """One line for the quantized types no kernel computes: they load as float32, several times their size."""
     counts: Counter[str] = Counter()
@@ -164,8 +169,8 @@ def _warn_dequantized(path: Path, reader: GGUFReader, architecture: str) -> None
 
 
 def _hf_name(name: str, names: dict[str, str]) -> str:
-    if name in _GLOBAL_NAMES:
-        return _GLOBAL_NAMES[name]
+    if name in GLOBAL_NAMES:
+        return GLOBAL_NAMES[name]
     match = _LAYER.match(name)
     if match:
         layer, rest = match.groups()

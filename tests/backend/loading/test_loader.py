@@ -15,17 +15,7 @@ from gguf import GGMLQuantizationType as Q
 from backend.executor.model.config import UnsupportedModelError
 from backend.loading.loader import load_model
 from tests.backend.model_harness import prefill_logits
-from tests.backend.tiny_models import (
-    FFN,
-    HIDDEN,
-    add_byte_tokenizer,
-    add_shape,
-    finish_gguf,
-    tiny_config,
-    tiny_hf_model,
-    write_gguf,
-    write_hf_folder,
-)
+from tests.backend.tiny_models import tiny_config, tiny_hf_model, write_gguf, write_hf_folder
 
 PROMPT = [*range(3, 60, 2), 200, 17, 17, 42]
 
@@ -94,14 +84,15 @@ def test_llama_gguf_rotary_permutation_is_undone(tmp_path: Path) -> None:
 def test_qwen2_gguf_with_attention_biases(tmp_path: Path) -> None:
     config = tiny_config("qwen2")
     model = tiny_hf_model(config, seed=2)
-    path = write_gguf(tmp_path / "qwen.gguf", model.state_dict(), config, arch="qwen2")
+    path = write_gguf(tmp_path / "qwen.gguf", model.state_dict(), config)
     ours = load_model(path)
     assert ours.config.architecture == "qwen2" and ours.config.attention_bias
     torch.testing.assert_close(prefill_logits(ours.model, PROMPT), hf_logits(model, PROMPT), rtol=1e-4, atol=1e-4)
 
 
 def test_gguf_rope_freqs_factors_reproduce_llama3_scaling(tmp_path: Path) -> None:
-    # llama.cpp stores Llama 3.1 RoPE scaling as per-frequency divisors in `rope_freqs.weight`.
+    # llama.cpp stores Llama 3.1 RoPE scaling as per-frequency divisors in `rope_freqs.weight`; the converter
+    # writes them from the config.
     scaling = {
         "rope_type": "llama3",
         "factor": 8.0,
@@ -115,7 +106,9 @@ def test_gguf_rope_freqs_factors_reproduce_llama3_scaling(tmp_path: Path) -> Non
     scaled = load_model(write_hf_folder(model, tmp_path / "s"))
     factors = (plain.model.rotary.inv_freq / scaled.model.rotary.inv_freq).numpy()
     assert (factors > 1).any()  # the scaling really changes some frequencies
-    path = write_gguf(tmp_path / "l3.gguf", model.state_dict(), config, extra={"rope_freqs.weight": factors})
+    path = write_gguf(tmp_path / "l3.gguf", model.state_dict(), config)
+    written = next(t for t in gguf.GGUFReader(path).tensors if t.name == "rope_freqs.weight")
+    np.testing.assert_allclose(np.asarray(written.data), factors, rtol=1e-6)
     torch.testing.assert_close(prefill_logits(load_model(path).model, PROMPT), hf_logits(model, PROMPT), rtol=1e-4, atol=1e-4)
 
 
@@ -198,14 +191,8 @@ def test_types_without_a_kernel_load_dequantized_with_one_warning(
 def test_unreadable_tensor_type_is_refused_by_name(tmp_path: Path) -> None:
     # Q8_K exists only as llama.cpp's intermediate for dot products: gguf-py cannot read it, nor can we.
     config = tiny_config("llama")
-    path = tmp_path / "q8k.gguf"
-    writer = gguf.GGUFWriter(path, "llama")
-    add_shape(writer, config)
-    add_byte_tokenizer(writer)
-    writer.add_tensor("token_embd.weight", np.zeros((257, HIDDEN), dtype=np.float32))
-    block, size = gguf.GGML_QUANT_SIZES[Q.Q8_K]
-    writer.add_tensor("blk.0.ffn_up.weight", np.zeros((FFN, HIDDEN // block * size), dtype=np.uint8), raw_dtype=Q.Q8_K)
-    finish_gguf(writer, path, {})
+    path = write_gguf(tmp_path / "q8k.gguf", tiny_hf_model(config).state_dict(), config,
+                      types={"blk.0.ffn_up.weight": Q.Q8_K})
     with pytest.raises(UnsupportedModelError, match=r"blk\.0\.ffn_up\.weight has unsupported type Q8_K"):
         load_model(path)
 
