@@ -99,7 +99,7 @@ def main() -> None:
         workdir = Path(tmp)
         stack = Stack(workdir)
         try:
-            url = start_tidegate(stack, resolve(args.model), args.threads, shlex.split(args.backend_args))
+            url, _ = start_tidegate(stack, resolve(args.model), args.threads, shlex.split(args.backend_args))
             pid = stack.procs[-1].pid
             runs = [bench_run(url, workdir, seed, pid) for seed in range(1, args.runs + 1)]
         finally:

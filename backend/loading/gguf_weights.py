@@ -1,27 +1,42 @@
 """Reading a GGUF file: its metadata and its tensors, renamed to Hugging Face names, dequantised to float32 or
-(on request) matrices in Q4_0, Q4_1 and Q8_0 kept in their blocks for the quantized products."""
+(on request) matrices in Q4_0, Q4_1 and Q8_0 kept in their blocks for the quantized products. Any type the
+`gguf` package can dequantize loads; one no kernel computes is named in one warning at load."""
 
 from __future__ import annotations
 
+import logging
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFReader
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
 from backend.executor.cpu.quant_blocks import BLOCK_BYTES, BlockQuantized, Weight
 from backend.executor.model.config import SUPPORTED_ARCHITECTURES, ModelConfig, UnsupportedModelError
 from backend.executor.model.families import FAMILIES
 
-SUPPORTED_TENSOR_TYPES = frozenset(
-    GGMLQuantizationType[name]
-    for name in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K")
-)
+log = logging.getLogger(__name__)
+_FLOATS = frozenset(GGMLQuantizationType[name] for name in ("F32", "F16", "BF16"))
 
+
+def _readable(qtype: GGMLQuantizationType) -> bool:
+    """Whether the installed `gguf` package dequantizes this type (it grows new ones release by release)."""
+    if qtype in _FLOATS:
+        return True
+    block_bytes = GGML_QUANT_SIZES.get(qtype, (0, 0))[1]
+    try:
+        dequantize(np.zeros((1, block_bytes), dtype=np.uint8), qtype)
+    except (NotImplementedError, ValueError, KeyError):
+        return False
+    return block_bytes > 0
+
+
+SUPPORTED_TENSOR_TYPES = frozenset(q for q in GGMLQuantizationType if _readable(q))
 
 
 def tensor_support(architecture: str, type_name: str) -> str:
@@ -48,7 +63,7 @@ _LAYER_NAMES = {
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
-_GLOBAL_NAMES = {
+GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
     "output.weight": "lm_head.weight",
@@ -95,8 +110,9 @@ def read_gguf(path: Path, *, keep_blocks: bool = False) -> GGUFContents:
                 f"tensor {t.name} has unsupported type {t.tensor_type.name}; supported: "
                 + ", ".join(sorted(q.name for q in SUPPORTED_TENSOR_TYPES))
             )
+    _warn_dequantized(path, reader, config.architecture)
     family = FAMILIES[config.architecture]
-    names = {**_LAYER_NAMES, **family.GGUF_NAMES}
+    names = layer_names(config.architecture)
     freq_factors = None
     weights: dict[str, Weight] = {}
     for name, t in tensors.items():
@@ -131,9 +147,30 @@ def read_gguf(path: Path, *, keep_blocks: bool = False) -> GGUFContents:
     return GGUFContents(metadata, config, weights, freq_factors)
 
 
+def layer_names(architecture: str) -> dict[str, str]:
+    """GGUF names of a layer's tensors (`attn_q.weight`) to the Hugging Face ones (`self_attn.q_proj.weight`)."""
+    return {**_LAYER_NAMES, **FAMILIES[architecture].GGUF_NAMES}
+
+
+def _warn_dequantized(path: Path, reader: GGUFReader, architecture: str) -> None:
+    """One line for the quantized types no kernel computes: they load as float32, several times their size."""
+    counts: Counter[str] = Counter()
+    extra_bytes = 0
+    for t in reader.tensors:
+        if t.tensor_type in _FLOATS or tensor_support(architecture, t.tensor_type.name) != "dequantized":
+            continue
+        counts[t.tensor_type.name] += 1
+        extra_bytes += int(t.n_elements) * 4 - int(t.n_bytes)
+    if counts:
+        listed = ", ".join(f"{n} {name}" for name, n in sorted(counts.items()))
+        types = "/".join(sorted(counts))
+        log.warning("%s has %s tensors; no kernel computes %s natively, dequantized to float32 (+%.0f MiB)",
+                    path.name, listed, types, extra_bytes / 2**20)
+
+
 def _hf_name(name: str, names: dict[str, str]) -> str:
-    if name in _GLOBAL_NAMES:
-        return _GLOBAL_NAMES[name]
+    if name in GLOBAL_NAMES:
+        return GLOBAL_NAMES[name]
     match = _LAYER.match(name)
     if match:
         layer, rest = match.groups()

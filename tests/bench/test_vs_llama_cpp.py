@@ -10,7 +10,16 @@ from typing import Any
 
 import pytest
 
-from benchmarks.vs_llama_cpp import bench_command, failed_runs, table, workload_list
+from benchmarks.vs_llama_cpp import (
+    bench_command,
+    failed_runs,
+    memory_table,
+    shape_list,
+    speculation_list,
+    table,
+    tree_rss,
+    workload_list,
+)
 
 
 def run(tok_s: float, failed: int = 0, out_len: float = 50.0) -> dict[str, Any]:
@@ -50,3 +59,25 @@ def test_help_runs_without_llama_server() -> None:
     out = subprocess.run([sys.executable, "-m", "benchmarks.vs_llama_cpp", "--help"], capture_output=True,
                          text=True, check=True, cwd=Path(__file__).resolve().parents[2]).stdout
     assert "--llama-server" in out and "--workloads" in out
+
+
+def test_real_shape_and_speculation_flags_and_the_memory_table() -> None:
+    assert shape_list("qwen2.5-0.5b,llama3.2-1b") == ["qwen2.5-0.5b", "llama3.2-1b"]
+    assert speculation_list("off,on,off") == ["off", "on"]
+    for bad in (lambda: shape_list("gpt2-xl"), lambda: speculation_list("maybe")):
+        with pytest.raises(argparse.ArgumentTypeError):
+            bad()
+    memory = {"tidegate spec off": {"ready_rss_mib": 700.0, "peak_rss_mib": 900.0},
+              "llama.cpp": {"ready_rss_mib": 500.0, "peak_rss_mib": 600.0}}
+    lines = memory_table(memory).splitlines()
+    assert lines[2] == "| tidegate spec off | 700 MiB | 900 MiB | 1.50x |"
+    assert lines[3] == "| llama.cpp | 500 MiB | 600 MiB | 1.00x |"
+
+
+def test_tree_rss_counts_a_live_process_and_nothing_once_gone() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        assert tree_rss(proc.pid) > 1 << 20  # a Python interpreter holds megabytes
+    finally:
+        proc.communicate(b"")
+    assert tree_rss(proc.pid) == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -83,14 +84,15 @@ def test_llama_gguf_rotary_permutation_is_undone(tmp_path: Path) -> None:
 def test_qwen2_gguf_with_attention_biases(tmp_path: Path) -> None:
     config = tiny_config("qwen2")
     model = tiny_hf_model(config, seed=2)
-    path = write_gguf(tmp_path / "qwen.gguf", model.state_dict(), config, arch="qwen2")
+    path = write_gguf(tmp_path / "qwen.gguf", model.state_dict(), config)
     ours = load_model(path)
     assert ours.config.architecture == "qwen2" and ours.config.attention_bias
     torch.testing.assert_close(prefill_logits(ours.model, PROMPT), hf_logits(model, PROMPT), rtol=1e-4, atol=1e-4)
 
 
 def test_gguf_rope_freqs_factors_reproduce_llama3_scaling(tmp_path: Path) -> None:
-    # llama.cpp stores Llama 3.1 RoPE scaling as per-frequency divisors in `rope_freqs.weight`.
+    # llama.cpp stores Llama 3.1 RoPE scaling as per-frequency divisors in `rope_freqs.weight`; the converter
+    # writes them from the config.
     scaling = {
         "rope_type": "llama3",
         "factor": 8.0,
@@ -104,7 +106,9 @@ def test_gguf_rope_freqs_factors_reproduce_llama3_scaling(tmp_path: Path) -> Non
     scaled = load_model(write_hf_folder(model, tmp_path / "s"))
     factors = (plain.model.rotary.inv_freq / scaled.model.rotary.inv_freq).numpy()
     assert (factors > 1).any()  # the scaling really changes some frequencies
-    path = write_gguf(tmp_path / "l3.gguf", model.state_dict(), config, extra={"rope_freqs.weight": factors})
+    path = write_gguf(tmp_path / "l3.gguf", model.state_dict(), config)
+    written = next(t for t in gguf.GGUFReader(path).tensors if t.name == "rope_freqs.weight")
+    np.testing.assert_allclose(np.asarray(written.data), factors, rtol=1e-6)
     torch.testing.assert_close(prefill_logits(load_model(path).model, PROMPT), hf_logits(model, PROMPT), rtol=1e-4, atol=1e-4)
 
 
@@ -161,12 +165,35 @@ def test_unsupported_architecture_is_named(tmp_path: Path) -> None:
         load_model(path)
 
 
-def test_unsupported_tensor_type_is_named(tmp_path: Path) -> None:
+# Types no kernel computes: Q5_0/Q5_1 encoded from the weights, Q3_K and IQ4_NL random blocks.
+DEQUANTIZED_TYPES = {
+    "blk.0.attn_q.weight": Q.Q5_0, "blk.0.attn_k.weight": Q.Q5_0, "blk.0.ffn_up.weight": Q.Q5_0,
+    "blk.1.ffn_gate.weight": Q.Q5_1, "blk.1.attn_v.weight": Q.Q3_K, "blk.1.ffn_down.weight": Q.IQ4_NL,
+}
+
+
+@pytest.mark.parametrize("quantization", ["none", "auto"])
+def test_types_without_a_kernel_load_dequantized_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, quantization: str
+) -> None:
     config = tiny_config("llama")
-    path = write_gguf(
-        tmp_path / "q5.gguf", tiny_hf_model(config).state_dict(), config, types={"blk.1.ffn_up.weight": Q.Q5_0}
+    path = write_gguf(tmp_path / "q5.gguf", tiny_hf_model(config).state_dict(), config, types=DEQUANTIZED_TYPES)
+    with caplog.at_level(logging.WARNING, logger="backend.loading.gguf_weights"):
+        ours = load_model(path, quantization=quantization)
+    torch.testing.assert_close(
+        prefill_logits(ours.model, PROMPT), hf_logits(transformers_from_gguf(path), PROMPT), rtol=1e-4, atol=1e-4
     )
-    with pytest.raises(UnsupportedModelError, match=r"blk\.1\.ffn_up\.weight.*Q5_0"):
+    [record] = [r for r in caplog.records if r.name == "backend.loading.gguf_weights"]
+    assert "has 1 IQ4_NL, 1 Q3_K, 3 Q5_0, 1 Q5_1 tensors; no kernel computes IQ4_NL/Q3_K/Q5_0/Q5_1 natively" in (
+        record.getMessage())
+
+
+def test_unreadable_tensor_type_is_refused_by_name(tmp_path: Path) -> None:
+    # Q8_K exists only as llama.cpp's intermediate for dot products: gguf-py cannot read it, nor can we.
+    config = tiny_config("llama")
+    path = write_gguf(tmp_path / "q8k.gguf", tiny_hf_model(config).state_dict(), config,
+                      types={"blk.0.ffn_up.weight": Q.Q8_K})
+    with pytest.raises(UnsupportedModelError, match=r"blk\.0\.ffn_up\.weight has unsupported type Q8_K"):
         load_model(path)
 
 

@@ -41,7 +41,7 @@ def test_packed_product_takes_strided_and_batched_inputs() -> None:
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
 def test_packing_keeps_the_model_logits(tmp_path: Path, model_type: str, monkeypatch: pytest.MonkeyPatch) -> None:
     config = tiny_config(model_type)
-    path = write_gguf(tmp_path / "tiny.gguf", tiny_hf_model(config).state_dict(), config, arch=model_type)
+    path = write_gguf(tmp_path / "tiny.gguf", tiny_hf_model(config).state_dict(), config)
     packed = load_model(path)
     assert packed.model.packed_head is not None
     assert packed.model.ops.linear is cpu_linear.linear

@@ -19,7 +19,7 @@ PROMPT = [3, 17, 200, 42, 42, 9, 120, 77, 5, 31, 64, 8, 150, 2, 99, 11, 13, 250]
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
 def test_fused_model_matches_torch_path(tmp_path: Path, model_type: str, device: torch.device) -> None:
     config = tiny_config(model_type)
-    path = write_gguf(tmp_path / "tiny.gguf", tiny_hf_model(config, seed=3).state_dict(), config, arch=model_type)
+    path = write_gguf(tmp_path / "tiny.gguf", tiny_hf_model(config, seed=3).state_dict(), config)
     reference = load_model(path).model
     fused = load_model(path, device=str(device), ops=triton_ops()).model
     assert fused.rotary.cos_sin_cache.device.type == device.type

@@ -4,7 +4,6 @@ int8/int4 forms on request, and Mixtral's older files (one tensor per expert) eq
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +12,14 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
 
+from backend.executor.model.config import ModelConfig
 from backend.executor.model.families.moe import Expert, RoutedLayer
 from backend.executor.model.model import LlamaModel
+from backend.loading.gguf_writer import gguf_tensors, uniform, write_gguf
 from backend.loading.loader import load_model
 from tests.backend.family_models import FAMILIES, build, write_family_gguf
 from tests.backend.model_harness import prefill_logits
+from tests.backend.tiny_models import BYTE_VOCAB
 
 PROMPTS = [[72, 101, 108, 108, 111], [100, 101, 102, 32, 102, 40, 120, 41, 58] * 3]
 # The block products take the file's values exactly, rounding only the activations of products of up to 8 rows
@@ -78,12 +80,11 @@ def test_mixtral_files_with_one_tensor_per_expert_equal_stacked_ones(tmp_path: P
 
 
 def test_expert_count_unlike_the_tensors_is_refused(tmp_path: Path) -> None:
-    def four_experts(writer: gguf.GGUFWriter, config: Any) -> None:
-        writer.add_expert_count(4)  # the tensors hold 8
-        writer.add_expert_used_count(2)
-
-    spec = dataclasses.replace(FAMILIES["mixtral"], metadata=four_experts)
-    path = write_family_gguf(spec, build(spec, tmp_path / "hf"), tmp_path / "wrong.gguf", Q.Q8_0)
+    model = build(FAMILIES["mixtral"], tmp_path / "hf")
+    raw = model.config.to_dict()
+    tensors = gguf_tensors(ModelConfig.from_hf_config(raw), model.state_dict().items())
+    # the metadata says 4 experts, the tensors hold 8
+    path = write_gguf(tmp_path / "wrong.gguf", {**raw, "num_local_experts": 4}, BYTE_VOCAB, tensors, uniform(Q.Q8_0))
     for quantization in ("auto", "none"):
         with pytest.raises(ValueError, match="does not match the model's"):
             load_model(path, quantization=quantization)
