@@ -1,6 +1,6 @@
 """Tiny random checkpoints of every architecture the backend serves, built by transformers from each family's
 own config class, saved as an HF folder, and converted to GGUF here (tensor names and metadata as llama.cpp's
-convert_hf_to_gguf writes them; F32, or a type gguf.quants encodes)."""
+convert_hf_to_gguf writes them; F32, a type gguf.quants encodes, or a K-quant from tests/backend/k_quantizer.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import torch
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import quantize
 
+from tests.backend.k_quantizer import quantize_k
 from tests.backend.tiny_models import (
     add_byte_tokenizer,
     add_shape,
@@ -158,16 +159,36 @@ def _configs() -> list[Family]:
 FAMILIES = {f.name: f for f in _configs()}
 
 
-def build(family: Family, folder: Path, seed: int = 0) -> Any:
-    """The transformers model, saved with a byte-level tokenizer in `folder`."""
-    model = tiny_hf_model(family.config(), seed=seed)
+# Sizes whose every matrix has rows of whole 256-value super-blocks (K-quants): hidden 256, 16 heads of 16.
+K_QUANT_SIZES = {"hidden_size": 256, "num_attention_heads": 16, "intermediate_size": 256, "moe_intermediate_size": 256}
+
+
+def build(family: Family, folder: Path, seed: int = 0, sizes: dict[str, int] | None = None) -> Any:
+    """The transformers model, saved with a byte-level tokenizer in `folder`; `sizes` replaces those of the
+    family's configuration that it has."""
+    config = family.config()
+    for key, value in (sizes or {}).items():
+        if hasattr(config, key):
+            setattr(config, key, value)
+    model = tiny_hf_model(config, seed=seed)
     write_hf_folder(model, folder)
     return model
 
 
-def write_family_gguf(family: Family, model: Any, path: Path, qtype: Q = Q.F32, *, per_expert: bool = False) -> Path:
-    """`model` as llama.cpp would convert it; every matrix in `qtype`, norms, the embedding and the router F32
-    (llama.cpp's quantize keeps `ffn_gate_inp` so). `per_expert`: one tensor per expert (`ffn_gate.3.weight`), as
+def q4_k_m(name: str) -> Q:
+    """A Q4_K_M-like mix: Q6_K for the head and for V and the down projection of even layers (llama.cpp picks
+    some layers so), Q4_K elsewhere; layer 0's merged QKV thus mixes two kinds."""
+    if name == "output.weight":
+        return Q.Q6_K
+    layer = int(name.split(".")[1]) if name.startswith("blk.") else 0
+    return Q.Q6_K if name.endswith(("attn_v.weight", "ffn_down.weight", "ffn_down_exps.weight")) and layer % 2 == 0 \
+        else Q.Q4_K
+
+
+def write_family_gguf(family: Family, model: Any, path: Path, qtype: Q | Callable[[str], Q] = Q.F32, *,
+                      per_expert: bool = False) -> Path:
+    """`model` as llama.cpp would convert it; every matrix in `qtype` (or the type it names for the tensor), norms,
+    the embedding and the router F32 (llama.cpp's quantize keeps `ffn_gate_inp` so). `per_expert`: one tensor per expert (`ffn_gate.3.weight`), as
     llama.cpp wrote Mixtral before it stacked them."""
     config = model.config
     writer = gguf.GGUFWriter(path, family.gguf_arch)
@@ -185,9 +206,10 @@ def write_family_gguf(family: Family, model: Any, path: Path, qtype: Q = Q.F32, 
             continue
         name = _gguf_name(hf_name, family.names or {})
         w = tensor.detach().float().numpy()
+        kind = qtype if isinstance(qtype, Q) else qtype(name)
         if per_expert and "_exps." in name:
             for e, matrix in enumerate(w):
-                _add(writer, name.replace("_exps.", f".{e}."), matrix, qtype)
+                _add(writer, name.replace("_exps.", f".{e}."), matrix, kind)
             continue
         if name.endswith("norm.weight"):
             w = w + family.norm_shift
@@ -195,13 +217,16 @@ def write_family_gguf(family: Family, model: Any, path: Path, qtype: Q = Q.F32, 
             heads = config.num_attention_heads if name.endswith("attn_q.weight") else config.num_key_value_heads
             w = w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
         kept = w.ndim == 1 or name.endswith(("token_embd.weight", "ffn_gate_inp.weight"))
-        _add(writer, name, w, Q.F32 if kept else qtype)
+        _add(writer, name, w, Q.F32 if kept else kind)
     return finish_gguf(writer, path, family.extra_tensors(config) if family.extra_tensors else {})
 
 
 def _add(writer: gguf.GGUFWriter, name: str, w: np.ndarray, qtype: Q) -> None:
     if qtype == Q.F32:
         writer.add_tensor(name, np.ascontiguousarray(w))
+    elif qtype in (Q.Q4_K, Q.Q5_K, Q.Q6_K):
+        rows = quantize_k(w.reshape(-1, w.shape[-1]), qtype)
+        writer.add_tensor(name, rows.reshape(*w.shape[:-1], -1), raw_dtype=qtype)
     else:
         writer.add_tensor(name, quantize(w, qtype), raw_dtype=qtype)
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "block_format.h"
+#include "k_blocks.h"
 #include "model_ops.h"
 
 namespace {
@@ -152,6 +153,7 @@ void multiply(const Matrix& w, const float* x, int64_t rows, float* y, int64_t a
 torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& quants, const torch::Tensor& scales,
                            const c10::optional<torch::Tensor>& mins, int64_t kind, int64_t activation_bits,
                            int64_t out_features) {
+  if (tidegate_k::is_k_kind(kind)) return tidegate_ops::k_linear(x, quants, kind, out_features);  // k_blocks.cpp
   const Matrix w = matrix_of(quants, scales, mins, kind, out_features);
   TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2 && x.size(1) == w.in, "x: float32 [rows, in]");
   TORCH_CHECK(activation_bits == 8 || activation_bits == 16 || activation_bits == 32, "activation bits: 8, 16 or 32");
@@ -182,6 +184,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> quantize_activations(con
 torch::Tensor dequantize(const torch::Tensor& quants, const torch::Tensor& scales,
                          const c10::optional<torch::Tensor>& mins, int64_t kind, int64_t out_features,
                          const torch::Tensor& ids) {
+  if (tidegate_k::is_k_kind(kind)) return tidegate_ops::k_dequantize(quants, kind, out_features, ids);
   const Matrix w = matrix_of(quants, scales, mins, kind, out_features);
   const torch::Tensor rows = ids.to(torch::kInt64).contiguous();
   TORCH_CHECK(rows.dim() == 1, "ids: one dimension");
@@ -223,4 +226,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("uses_avx2", &use_avx2, "whether the AVX2+FMA+F16C path runs on this CPU");
   m.def("set_scalar_only", &set_scalar_only, "run the portable paths of every kernel even where AVX2 is there (tests)");
   tidegate_ops::bind_decode_stack(m);
+  tidegate_ops::bind_k_blocks(m);
 }
