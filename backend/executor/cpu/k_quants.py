@@ -10,11 +10,13 @@ kernel's layout (csrc/k_blocks.h): per super-block and group of rows the float16
 the low 4 bits of its quants arranged so that one 32-byte load is 4 consecutive values of each of the 8 rows,
 the 5th (6th) bits beside them, and the block's scales. Nothing is requantized: every quant, scale and minimum is
 the file's, so `dequantize` gives back the file's float32 values bit for bit, in 4.625 / 5.625 / 6.5625 bits a
-weight (the file's 4.5 / 5.5 / 6.5625, plus a byte a block for the 6-bit scales that Q4_K and Q5_K pack 12 in 16
-bytes... unpacked to whole bytes).
+weight: the file's 4.5 / 5.5 / 6.5625, plus (Q4_K, Q5_K) the 6-bit scales and minimums, packed 16 in 12 bytes
+by the file, held as whole bytes.
 
-The products (csrc/k_blocks.cpp) run in integers for any number of rows: the activations quantized to int8 per
-32 values, integer dot products with the weights' own integers, on AVX-512 (VNNI), AVX2 or portable code.
+The products (csrc/k_blocks.cpp) run in integers for any number of rows, on AVX-512 (VNNI), AVX2 or portable
+code: integer dot products of the weights' own integers with the activations quantized per 32 values, to 16 bits
+for decode rows (`DECODE_ACTIVATIONS`, as the 32-value kinds; run as two int8 rows, the high and the low bytes)
+and to 8 bits for more rows (prefill), as llama.cpp multiplies K-quants.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from types import ModuleType
 
 import torch
 
-from backend.executor.cpu.block_linear import BlockWeight
+from backend.executor.cpu.block_linear import ACTIVATION_BITS, DECODE_ACTIVATIONS, BlockWeight
 from backend.executor.cpu.quant_blocks import BLOCK_BYTES, K_KINDS, SUPER, BlockQuantized
 
 GROUP = 8  # output rows interleaved together (csrc/k_blocks.h)
@@ -106,6 +108,10 @@ def repack(weight: BlockQuantized) -> torch.Tensor:
     return torch.cat([head, blocks], dim=-1).reshape(groups, -1).contiguous()
 
 
-def from_k_blocks(weight: BlockQuantized, kernel: ModuleType) -> BlockWeight:
-    """The matrix for the kernel: its repacked bytes in `quants` (the block product dispatches on the kind)."""
-    return BlockWeight(weight.kind, repack(weight), _NO_SCALES, None, weight.shape, kernel, "int16")
+def from_k_blocks(weight: BlockQuantized, kernel: ModuleType, decode_activations: str = DECODE_ACTIVATIONS
+                  ) -> BlockWeight:
+    """The matrix for the kernel: its repacked bytes in `quants` (the block product dispatches on the kind).
+    `decode_activations` "int8" multiplies decode rows as llama.cpp does; "int16" (or "float32", which K-quants
+    have no exact path for) runs each decode row as two int8 rows, its 16 bits' high and low bytes."""
+    assert decode_activations in ACTIVATION_BITS, decode_activations
+    return BlockWeight(weight.kind, repack(weight), _NO_SCALES, None, weight.shape, kernel, decode_activations)

@@ -153,7 +153,7 @@ void multiply(const Matrix& w, const float* x, int64_t rows, float* y, int64_t a
 torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& quants, const torch::Tensor& scales,
                            const c10::optional<torch::Tensor>& mins, int64_t kind, int64_t activation_bits,
                            int64_t out_features) {
-  if (tidegate_k::is_k_kind(kind)) return tidegate_ops::k_linear(x, quants, kind, out_features);  // k_blocks.cpp
+  if (tidegate_k::is_k_kind(kind)) return tidegate_ops::k_linear(x, quants, kind, activation_bits, out_features);  // k_blocks.cpp
   const Matrix w = matrix_of(quants, scales, mins, kind, out_features);
   TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2 && x.size(1) == w.in, "x: float32 [rows, in]");
   TORCH_CHECK(activation_bits == 8 || activation_bits == 16 || activation_bits == 32, "activation bits: 8, 16 or 32");

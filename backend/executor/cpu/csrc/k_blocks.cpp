@@ -2,7 +2,9 @@
 // k_blocks.h's layout with the file's values. Every product runs in integers as llama.cpp multiplies K-quants:
 // the activation rows are quantized once per product to int8 per 32 values, each 4-value slice of 8 weight rows
 // meets 4 broadcast activations in one u8 x s8 dot product, and each 32-value block adds its float scales once.
-// A decode step (1 to 8 rows) threads over the groups of output rows; more rows (prefill) run as a GEMM of the
+// A decode step (1 to 8 rows) asked at 16 bits (block_linear.py's default) quantizes each row to 16 bits per 32
+// values and runs it as two int8 rows, its high and low bytes, whose products add up to the 16-bit one: twice the
+// integer work, on weights read once. A decode step threads over the groups of output rows; more rows (prefill) run as a GEMM of the
 // same tiles, the activations taken in chunks that stay in L2 while a thread's groups stream past them. The
 // path is chosen at run time from the CPU (AVX-512 with VNNI, AVX-512 BW, AVX2, else portable scalar code) or
 // forced by `TIDEGATE_CPU_ISA` / `set_k_isa` (tests run each one).
@@ -26,7 +28,9 @@ namespace tidegate_k {
 namespace {
 
 constexpr float kSmallestBlock = 1e-30f;  // below it levels / amax overflows: such a block rounds to zeros
-constexpr int64_t kChunkRows = 64;  // activation rows a GEMM pass keeps in L2 while the weights stream past
+constexpr int64_t kChunkRows = 64;
+constexpr int64_t kFewRows = 8;  // activation rows of a decode step: split into two int8 rows each at 16 bits
+constexpr float kSplitLevels = 127.0f * 257.0f;  // the largest 16-bit value whose high byte (rounded down) is 127  // activation rows a GEMM pass keeps in L2 while the weights stream past
 
 // The 6-bit (Q6_K: 6-bit with the high bits) quant of value k (0..31) of row r of a block's group data `blk`.
 int quant_of(KKind kind, const uint8_t* blk, int64_t r, int64_t k) {
@@ -82,6 +86,34 @@ void quantize_k_rows(const float* x, int64_t rows, int64_t in, int8_t* q, float*
     }
 }
 
+void split_k_rows(const float* x, int64_t rows, int64_t in, int8_t* q, float* dx, int32_t* sums) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < in / kSub; ++b) {
+      const float* v = x + r * in + b * kSub;
+      float amax = 0.0f;
+      for (int j = 0; j < kSub; ++j) amax = std::max(amax, std::fabs(v[j]));
+      const float id = amax >= kSmallestBlock ? kSplitLevels / amax : 0.0f;
+      int8_t* high = q + 2 * r * in + b * kSub;
+      int8_t* low = high + in;
+      int32_t sum[2][2] = {{0, 0}, {0, 0}};
+      for (int j = 0; j < kSub; ++j) {
+        const int v16 = static_cast<int>(std::nearbyint(v[j] * id));  // |v16| <= 32639
+        const int h = (v16 + 128) >> 8;  // arithmetic shift: floor, so that low = v16 - 256 h is in -128..127
+        high[j] = static_cast<int8_t>(h);
+        low[j] = static_cast<int8_t>(v16 - 256 * h);
+        sum[0][j / 16] += high[j];
+        sum[1][j / 16] += low[j];
+      }
+      const float step = amax / kSplitLevels;
+      for (int half = 0; half < 2; ++half) {
+        const int64_t row = 2 * r + half;
+        dx[row * (in / kSub) + b] = half == 0 ? 256.0f * step : step;
+        sums[row * (in / 16) + 2 * b] = sum[half][0];
+        sums[row * (in / 16) + 2 * b + 1] = sum[half][1];
+      }
+    }
+}
+
 void k_rows_scalar(const KMatrix& w, const KRows& x, int64_t rows, float* y, int64_t begin, int64_t end) {
   const int64_t blocks = w.in / kSub;
   for (int64_t o = begin * kRowsPerGroup; o < std::min(end * kRowsPerGroup, w.out); ++o) {
@@ -114,60 +146,7 @@ void k_rows_scalar(const KMatrix& w, const KRows& x, int64_t rows, float* y, int
 namespace {
 #define K_TARGET __attribute__((target("avx2,fma,f16c")))
 
-// One group (8 rows) in a 256-bit vector.
-struct Avx2 {
-  using I = __m256i;
-  using F = __m256;
-  static constexpr int64_t kGroups = 1;
-  K_TARGET static I load(const uint8_t* const* p, int64_t off) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p[0] + off));
-  }
-  K_TARGET static F halves(const uint8_t* const* p, int64_t off) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p[0] + off)));
-  }
-  K_TARGET static F u8_to_ps(const uint8_t* const* p, int64_t off) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p[0] + off))));
-  }
-  K_TARGET static I i8_to_i32(const uint8_t* const* p, int64_t off) {
-    return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p[0] + off)));
-  }
-  K_TARGET static void prefetch(const uint8_t* const* p, int64_t bytes) {
-    for (int64_t line = 0; line < bytes; line += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(p[0] + 2 * bytes + line), _MM_HINT_T0);
-  }
-  K_TARGET static I bytes(int v) { return _mm256_set1_epi8(static_cast<char>(v)); }
-  K_TARGET static I set1(int32_t v) { return _mm256_set1_epi32(v); }
-  K_TARGET static I zero_si() { return _mm256_setzero_si256(); }
-  K_TARGET static I and_(I a, I b) { return _mm256_and_si256(a, b); }
-  K_TARGET static I or_(I a, I b) { return _mm256_or_si256(a, b); }
-  template <int N> K_TARGET static I slli16(I v) { return _mm256_slli_epi16(v, N); }
-  template <int N> K_TARGET static I srli16(I v) { return _mm256_srli_epi16(v, N); }
-  template <int N> K_TARGET static I slli32(I v) { return _mm256_slli_epi32(v, N); }
-  K_TARGET static I add32(I a, I b) { return _mm256_add_epi32(a, b); }
-  K_TARGET static I sub32(I a, I b) { return _mm256_sub_epi32(a, b); }
-  K_TARGET static I mullo32(I a, I b) { return _mm256_mullo_epi32(a, b); }
-  // acc + the 4-value u8 x s8 dot products of each int32 lane (pair sums fit int16: at most 2 * 63 * 127).
-  K_TARGET static I dot(I acc, I u, I s) {
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
-  }
-  // Two of them at once, added in int16 first (Q4_K, Q5_K: at most 4 * 31 * 127 fits).
-  K_TARGET static I dot2(I acc, I u, I s, I u2, I s2) {
-    const I pairs = _mm256_add_epi16(_mm256_maddubs_epi16(u, s), _mm256_maddubs_epi16(u2, s2));
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-  }
-  K_TARGET static F zero_ps() { return _mm256_setzero_ps(); }
-  K_TARGET static F set1_ps(float v) { return _mm256_set1_ps(v); }
-  K_TARGET static F cvt(I v) { return _mm256_cvtepi32_ps(v); }
-  K_TARGET static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
-  K_TARGET static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
-  K_TARGET static F fnmadd(F a, F b, F c) { return _mm256_fnmadd_ps(a, b, c); }
-  K_TARGET static void store(F v, float* y, int64_t g, int64_t, int64_t out) {
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, v);
-    for (int64_t o = g * 8; o < std::min(out, g * 8 + 8); ++o) y[o] = lanes[o - g * 8];
-  }
-};
-
+#include "k_blocks_avx2.h"
 #include "k_blocks_kernel.h"
 #undef K_TARGET
 }  // namespace
@@ -239,34 +218,50 @@ void run_groups(int isa, const KMatrix& w, const KRows& x, int64_t rows, float* 
 
 }  // namespace
 
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& data, int64_t kind, int64_t out_features) {
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& data, int64_t kind, int64_t activation_bits,
+                     int64_t out_features) {
   const KMatrix w = k_matrix(data, kind, out_features);
   TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2 && x.size(1) == w.in, "x: float32 [rows, ", w.in, "]");
+  TORCH_CHECK(activation_bits == 8 || activation_bits == 16 || activation_bits == 32, "activation bits: 8, 16 or 32");
   const torch::Tensor xc = x.contiguous();
   const int64_t rows = xc.size(0), in = w.in;
   torch::Tensor y = torch::empty({rows, out_features}, xc.options());
   if (rows == 0) return y;
+  // Decode rows asked at 16 bits or more run as two int8 rows each (split_k_rows); other rows at 8 bits.
+  const bool split = activation_bits > 8 && rows <= kFewRows;
+  const int64_t n = split ? 2 * rows : rows;
   thread_local std::vector<int8_t> q;  // a decode step makes a hundred products: the scratch is kept
-  thread_local std::vector<float> dx;
+  thread_local std::vector<float> dx, halves;
   thread_local std::vector<int32_t> sums;
-  q.resize(rows * in);
-  dx.resize(rows * in / kSub);
-  sums.resize(rows * in / 16);
-  quantize_k_rows(xc.data_ptr<float>(), rows, in, q.data(), dx.data(), sums.data());
+  q.resize(n * in);
+  dx.resize(n * in / kSub);
+  sums.resize(n * in / 16);
+  if (split) {
+    split_k_rows(xc.data_ptr<float>(), rows, in, q.data(), dx.data(), sums.data());
+  } else {
+    quantize_k_rows(xc.data_ptr<float>(), rows, in, q.data(), dx.data(), sums.data());
+  }
   const KRows xq{q.data(), dx.data(), sums.data()};
   const int isa = isa_now();
-  const int64_t unit = isa == kAvx512 ? 2 : 1;  // the AVX-512 path takes two groups at a time
+  const int64_t unit = isa == kAvx512 && n > kWideRows ? 2 : 1;  // the wide AVX-512 path takes two groups at a time
   const int64_t units = (w.groups() + unit - 1) / unit;
   // A task of a few hundred microseconds at least; small matrices stay on one thread.
-  const int64_t grain = std::max<int64_t>(1, 32768 / (unit * kRowsPerGroup * in / 16 * std::min<int64_t>(rows, kChunkRows)));
-  float* yp = y.data_ptr<float>();
+  const int64_t grain = std::max<int64_t>(1, 32768 / (unit * kRowsPerGroup * in / 16 * std::min<int64_t>(n, kChunkRows)));
+  if (split) halves.resize(n * out_features);
+  float* yp = split ? halves.data() : y.data_ptr<float>();
   at::parallel_for(0, units, grain, [&](int64_t begin, int64_t end) {
     const int64_t g0 = begin * unit, g1 = std::min(end * unit, w.groups());
-    for (int64_t r0 = 0; r0 < rows; r0 += kChunkRows) {
+    for (int64_t r0 = 0; r0 < n; r0 += kChunkRows) {
       const KRows part{xq.q + r0 * in, xq.dx + r0 * (in / kSub), xq.sums + r0 * (in / 16)};
-      run_groups(isa, w, part, std::min(kChunkRows, rows - r0), yp + r0 * out_features, g0, g1);
+      run_groups(isa, w, part, std::min(kChunkRows, n - r0), yp + r0 * out_features, g0, g1);
     }
   });
+  if (split) {
+    float* out = y.data_ptr<float>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t o = 0; o < out_features; ++o)
+        out[r * out_features + o] = yp[2 * r * out_features + o] + yp[(2 * r + 1) * out_features + o];
+  }
   return y;
 }
 
@@ -289,8 +284,8 @@ torch::Tensor dequantize_rows(const torch::Tensor& data, int64_t kind, int64_t o
 }  // namespace tidegate_k
 
 torch::Tensor tidegate_ops::k_linear(const torch::Tensor& x, const torch::Tensor& data, int64_t kind,
-                                     int64_t out_features) {
-  return tidegate_k::linear(x, data, kind, out_features);
+                                     int64_t activation_bits, int64_t out_features) {
+  return tidegate_k::linear(x, data, kind, activation_bits, out_features);
 }
 
 torch::Tensor tidegate_ops::k_dequantize(const torch::Tensor& data, int64_t kind, int64_t out_features,
@@ -300,7 +295,7 @@ torch::Tensor tidegate_ops::k_dequantize(const torch::Tensor& data, int64_t kind
 
 void tidegate_ops::bind_k_blocks(pybind11::module& m) {
   const auto no_gil = pybind11::call_guard<pybind11::gil_scoped_release>();
-  m.def("k_linear", &tidegate_ops::k_linear, "y = x @ W.T for a weight in repacked K-quant super-blocks", no_gil);
+  m.def("k_linear", &tidegate_ops::k_linear, "y = x @ W.T for a weight in repacked K-quant super-blocks (1-8 rows at 16 bits if asked, as two int8 rows)", no_gil);
   m.def("k_dequantize", &tidegate_ops::k_dequantize, "rows `ids` of a repacked K-quant weight as float32", no_gil);
   m.def("k_isa", &tidegate_k::k_isa, "the instruction set the K-quant products run on now");
   m.def("set_k_isa", &tidegate_k::set_k_isa, "force the K-quant products' path: scalar, avx2 or avx512 (tests)");

@@ -24,6 +24,7 @@ enum KKind : int64_t { Q4_K = 3, Q5_K = 4, Q6_K = 5 };  // after block_format.h'
 constexpr int64_t kSuper = 256;  // values of a super-block
 constexpr int64_t kSub = 32;  // values of a block: one activation scale, one (Q6_K: two) weight scales
 constexpr int64_t kRowsPerGroup = 8;
+constexpr int64_t kWideRows = 16;  // activation rows (int8 halves included) up to which AVX-512 takes one group a vector
 
 constexpr bool is_k_kind(int64_t kind) { return kind >= Q4_K && kind <= Q6_K; }
 constexpr int64_t header_bytes(KKind k) { return k == Q6_K ? 16 : 32; }
@@ -50,6 +51,9 @@ struct KRows {
 };
 
 void quantize_k_rows(const float* x, int64_t rows, int64_t in, int8_t* q, float* dx, int32_t* sums);
+// Each row quantized to 16 bits per 32 values (v = round(x / s), s = max|x| / 32639) and written as two int8 rows,
+// its high bytes h = floor((v + 128) / 256) with step 256 s and its low bytes v - 256 h with step s (2 rows each).
+void split_k_rows(const float* x, int64_t rows, int64_t in, int8_t* q, float* dx, int32_t* sums);
 
 // y [rows, out] (rows w.out apart) for the output groups [begin, end): the portable path, and the vector ones.
 void k_rows_scalar(const KMatrix& w, const KRows& x, int64_t rows, float* y, int64_t begin, int64_t end);

@@ -70,7 +70,6 @@ K_TARGET void k_tile(const KMatrix& w, int64_t g, int64_t count, const KRows& x,
   for (int r = 0; r < R; ++r) acc[r] = V::zero_ps();
   for (int64_t s = 0; s < supers; ++s) {
     const uint8_t* p[2] = {base[0] + s * kSuperBytes, base[1] + s * kSuperBytes};
-    V::prefetch(p, kSuperBytes);
     const F d = V::halves(p, 0);
     const F dmin = K == Q6_K ? V::zero_ps() : V::halves(p, 16);
     for (int64_t b = 0; b < 8; ++b) {

@@ -1,9 +1,13 @@
 """The K-quant matrices (Q4_K, Q5_K, Q6_K) kept in the file's super-blocks: the repack moves the file's values and
 loses none (the kernel's dequantization equals gguf's bit for bit), and the integer products on every instruction
-set path equal the float product of those values within the rounding of the int8 activations."""
+set path equal the float product of those values within the rounding of the activations (8 bits; 16 for decode
+rows)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import numpy as np
@@ -97,10 +101,10 @@ def test_repacked_size_is_the_files_plus_unpacked_scales(kind: str) -> None:
     assert repack(weight).numel() * 8 / (64 * 1024) == BITS_PER_WEIGHT[kind]
 
 
-def _activation_bound(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """How far the int8 product may be from the float one: each activation moves at most half its block's step
-    (max|x| / 127 per 32 values), plus float32 summation."""
-    steps = x.abs().view(x.shape[0], -1, 32).amax(-1) / 127
+def _activation_bound(x: torch.Tensor, w: torch.Tensor, levels: int = 127) -> torch.Tensor:
+    """How far the integer product may be from the float one: each activation moves at most half its block's step
+    (max|x| / levels per 32 values), plus float32 summation."""
+    steps = x.abs().view(x.shape[0], -1, 32).amax(-1) / levels
     return 0.5 * steps.repeat_interleave(32, -1) @ w.abs().T * 1.001 + 1e-5 * (x.abs() @ w.abs().T)
 
 
@@ -111,9 +115,26 @@ def test_product_is_the_float_product_within_the_activation_rounding(kind: str, 
     assert kernel is not None
     weight, reference = _matrix(kind, seed=rows)
     x = torch.randn(rows, weight.shape[1], generator=torch.Generator().manual_seed(rows))
-    out = from_k_blocks(weight, kernel).linear(x)
+    out = from_k_blocks(weight, kernel, "int8").linear(x)
     assert out.shape == (rows, weight.shape[0])
     assert bool(((out - x @ reference.T).abs() <= _activation_bound(x, reference)).all())
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind", K_KINDS)
+@pytest.mark.parametrize("rows", [1, 5, 8])
+def test_decode_rows_at_16_bits_are_256_times_closer(kind: str, rows: int, isa: str) -> None:
+    """Decode rows (up to 8) run at 16 bits by default, as two int8 rows: within half a 16-bit step of each
+    activation; asked for 8 bits they round as llama.cpp's."""
+    assert kernel is not None
+    weight, reference = _matrix(kind, seed=rows)
+    x = torch.randn(rows, weight.shape[1], generator=torch.Generator().manual_seed(rows))
+    exact = x @ reference.T
+    fine = from_k_blocks(weight, kernel).linear(x)
+    coarse = from_k_blocks(weight, kernel, "int8").linear(x)
+    assert bool(((fine - exact).abs() <= _activation_bound(x, reference, 127 * 257)).all())
+    assert bool(((coarse - exact).abs() <= _activation_bound(x, reference)).all())
+    assert float((fine - exact).abs().max()) < float((coarse - exact).abs().max()) / 20
 
 
 @needs_kernel
@@ -124,7 +145,8 @@ def test_every_path_computes_the_same_integers(kind: str) -> None:
     best = kernel.k_isa().split("-")[0]
     weight = _random_bytes(kind, rows=41)
     packed = from_k_blocks(weight, kernel)
-    x = torch.randn(13, weight.shape[1], generator=torch.Generator().manual_seed(7))
+    # 40 rows: AVX-512 takes its two-groups-a-vector path (decode rows take the 256-bit one)
+    x = torch.randn(40, weight.shape[1], generator=torch.Generator().manual_seed(7))
     outs = []
     for isa in ISAS[: ISAS.index(best) + 1]:
         kernel.set_k_isa(isa)
@@ -144,3 +166,13 @@ def test_mixed_kinds_stay_separate_blocks() -> None:
     assert [(p.kind, p.shape[0]) for p in merged.parts] == [("Q4_K", 24), ("Q6_K", 8)]
     assert merged.shape == (32, 512)
     assert torch.equal(merged.dequantize(), torch.cat([q.dequantize(), k.dequantize(), v.dequantize()]))
+
+
+@needs_kernel
+def test_the_environment_caps_the_path() -> None:
+    """`TIDEGATE_CPU_ISA` picks a lower path for a whole process (CI forces AVX2 on an AVX-512 runner so)."""
+    code = "from backend.executor.cpu import block_kernel; print(block_kernel.load().k_isa())"
+    env = {**os.environ, "TIDEGATE_CPU_ISA": "scalar"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                          check=True)
+    assert done.stdout.strip() == "scalar"
