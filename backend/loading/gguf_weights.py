@@ -1,6 +1,6 @@
 """Reading a GGUF file: its metadata and its tensors, renamed to Hugging Face names, dequantised to float32 or
-(on request) matrices in Q4_0, Q4_1 and Q8_0 kept in their blocks for the quantized products. Any type the
-`gguf` package can dequantize loads; one no kernel computes is named in one warning at load."""
+(on request) matrices in Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K kept in their blocks for the quantized products.
+Any type the `gguf` package can dequantize loads; one no kernel computes is named in one warning at load."""
 
 from __future__ import annotations
 
@@ -92,8 +92,8 @@ def read_metadata(reader: GGUFReader) -> dict[str, Any]:
 
 
 def read_gguf(path: Path, *, keep_blocks: bool = False) -> GGUFContents:
-    """Parse metadata and dequantise every tensor (with `keep_blocks`, all but the Q4_0, Q4_1 and Q8_0 matrices
-    and stacks of them);
+    """Parse metadata and dequantise every tensor (with `keep_blocks`, all but the Q4_0, Q4_1, Q8_0, Q4_K, Q5_K
+    and Q6_K matrices and stacks of them);
     fails naming an unsupported architecture or tensor type."""
     reader = GGUFReader(path)
     metadata = read_metadata(reader)
@@ -190,5 +190,6 @@ def _unpermute(weight: Weight, heads: int) -> Weight:
         order = _unpermute(torch.arange(weight.shape[0]), heads)
         assert isinstance(order, torch.Tensor)
         return weight.take_rows(order)
+    assert isinstance(weight, torch.Tensor), "a file's tensor is blocks or float"
     rows = weight.shape[0]
     return weight.reshape(heads, rows // heads // 2, 2, *weight.shape[1:]).transpose(1, 2).reshape(weight.shape)

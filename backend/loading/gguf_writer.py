@@ -28,6 +28,7 @@ from backend.executor.model.families import FAMILIES
 from backend.executor.model.rotary import rope_inv_freq
 from backend.loading.gguf_weights import GLOBAL_NAMES, layer_names
 from backend.loading.hf_vocab import GGUFVocab, vocab_from_hf_folder
+from backend.loading.k_quantizer import K_TYPES, quantize_k
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +41,13 @@ _GGUF_ARCH = {"mixtral": "llama"}  # llama.cpp writes Mixtral as a llama file wi
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 # llama.cpp's quantizer, where a row's length is no multiple of a K-quant's 256: the 32-wide type of about its size.
 _ROW_FALLBACK = {Q.Q2_K: Q.Q4_0, Q.Q3_K: Q.Q4_0, Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
-# Without a K quantizer in the installed `gguf`: the type this backend computes natively of about the same size.
-_NO_K_QUANTIZER = {Q.Q2_K: Q.Q4_0, Q.Q3_K: Q.Q4_0, Q.Q4_K: Q.Q4_0, Q.Q5_K: Q.Q5_0, Q.Q6_K: Q.Q8_0}
+# K types no quantizer here writes: the type this backend computes natively of about the same size.
+_NO_K_QUANTIZER = {Q.Q2_K: Q.Q4_0, Q.Q3_K: Q.Q4_0}
 _CHUNK_ELEMENTS = 1 << 24  # rows quantized this many values at a time: numpy's quantizers copy several times
 
 
 def _encodable(qtype: Q) -> bool:
-    if qtype in (Q.F32, Q.F16):
+    if qtype in (Q.F32, Q.F16) or qtype in K_TYPES:
         return True
     try:
         quantize(np.zeros((1, gguf.GGML_QUANT_SIZES[qtype][0]), dtype=np.float32), qtype)
@@ -67,7 +68,8 @@ def encode_tensor(w: np.ndarray, qtype: Q) -> np.ndarray:
         return np.ascontiguousarray(w, dtype=np.float16)
     rows = w.reshape(-1, w.shape[-1])
     step = max(1, _CHUNK_ELEMENTS // w.shape[-1])
-    out = np.concatenate([quantize(rows[i : i + step], qtype) for i in range(0, len(rows), step)])
+    encode = quantize_k if qtype in K_TYPES else quantize
+    out = np.concatenate([encode(rows[i : i + step], qtype) for i in range(0, len(rows), step)])
     return out.reshape(*w.shape[:-1], -1)
 
 
@@ -288,9 +290,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--type", default="F16", choices=RECIPES, help="matrix type (vectors stay F32)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if args.type == "Q4_K_M" and Q.Q4_K not in ENCODABLE_TYPES:
-        log.warning("the installed gguf package has no K quantizer: Q4_K_M's Q4_K/Q6_K matrices are written as "
-                    "Q4_0/Q8_0 (llama.cpp's llama-quantize makes a real Q4_K_M from an F16 file)")
     convert(args.hf_dir, args.out, args.type)
     print(args.out)
 

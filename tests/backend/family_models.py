@@ -79,21 +79,42 @@ def _configs() -> list[Family]:
 FAMILIES = {f.name: f for f in _configs()}
 
 
-def build(family: Family, folder: Path, seed: int = 0) -> Any:
-    """The transformers model, saved with a byte-level tokenizer in `folder`."""
-    model = tiny_hf_model(family.config(), seed=seed)
+# Sizes whose every matrix has rows of whole 256-value super-blocks (K-quants): hidden 256, 16 heads of 16.
+K_QUANT_SIZES = {"hidden_size": 256, "num_attention_heads": 16, "intermediate_size": 256, "moe_intermediate_size": 256}
+
+
+def build(family: Family, folder: Path, seed: int = 0, sizes: dict[str, int] | None = None) -> Any:
+    """The transformers model, saved with a byte-level tokenizer in `folder`; `sizes` replaces those of the
+    family's configuration that it has."""
+    config = family.config()
+    for key, value in (sizes or {}).items():
+        if hasattr(config, key):
+            setattr(config, key, value)
+    model = tiny_hf_model(config, seed=seed)
     write_hf_folder(model, folder)
     return model
 
 
-def write_family_gguf(family: Family, model: Any, path: Path, qtype: Q = Q.F32, *, per_expert: bool = False) -> Path:
-    """`model` through the product's converter: every matrix in `qtype`, norms, the embedding and the router F32.
-    `per_expert`: one tensor per expert (`ffn_gate.3.weight`), as llama.cpp wrote Mixtral before it stacked them."""
+def q4_k_m(name: str) -> Q:
+    """A Q4_K_M-like mix: Q6_K for the head and for V and the down projection of even layers (llama.cpp picks
+    some layers so), Q4_K elsewhere; layer 0's merged QKV thus mixes two kinds."""
+    if name == "output.weight":
+        return Q.Q6_K
+    layer = int(name.split(".")[1]) if name.startswith("blk.") else 0
+    return Q.Q6_K if name.endswith(("attn_v.weight", "ffn_down.weight", "ffn_down_exps.weight")) and layer % 2 == 0 \
+        else Q.Q4_K
+
+
+def write_family_gguf(family: Family, model: Any, path: Path, qtype: Q | Callable[[str], Q] = Q.F32, *,
+                      per_expert: bool = False) -> Path:
+    """`model` through the product's converter: every matrix in `qtype` (or the type it names for the tensor),
+    norms, the embedding and the router F32. `per_expert`: one tensor per expert (`ffn_gate.3.weight`), as
+    llama.cpp wrote Mixtral before it stacked them."""
     raw = model.config.to_dict()
     config = ModelConfig.from_hf_config(raw)
     assert config.architecture == family.architecture
     tensors = gguf_tensors(config, model.state_dict().items())
-    matrices = uniform(qtype)
+    matrices = uniform(qtype) if isinstance(qtype, Q) else lambda name, shape: uniform(qtype(name))(name, shape)
     return write_gguf(path, raw, BYTE_VOCAB, _one_per_expert(tensors) if per_expert else tensors,
                       lambda name, shape: Q.F32 if name == "token_embd.weight" else matrices(name, shape))
 

@@ -1,6 +1,6 @@
 """Building and loading tidegate's C++ extension for the CPU: the kernel that multiplies with GGML's blocks
 (csrc/block_matmul.cpp, its GEMM path csrc/block_gemm.cpp, its integer decode path
-csrc/block_integer_dot.cpp), the decode attention that reads the paged KV cache in place
+csrc/block_integer_dot.cpp), the K-quant products (csrc/k_blocks.cpp, csrc/k_blocks_avx512.cpp), the decode attention that reads the paged KV cache in place
 (csrc/paged_attention.cpp), the row-wise ops around the products (csrc/elementwise.cpp), and a decode step's
 layers as one call of all of those (csrc/decode_stack.cpp).
 
@@ -39,10 +39,10 @@ CSRC = Path(__file__).with_name("csrc")
 SOURCES = [
     CSRC / name
     for name in ("block_matmul.cpp", "block_gemm.cpp", "block_integer_dot.cpp", "paged_attention.cpp", "elementwise.cpp",
-                 "decode_stack.cpp")
+                 "decode_stack.cpp", "k_blocks.cpp", "k_blocks_avx512.cpp")
 ]
 _FLAGS = ["-O3", "-std=c++17", "-fopenmp"]  # without -fopenmp at::parallel_for runs serially
-BUILD_SECONDS = 210  # six sources, about 3.5 CPU minutes (245-450 s wall on a busy 2-core machine); the log line tells users what the first start costs
+BUILD_SECONDS = 270  # eight sources, about 3.5 CPU minutes (245-450 s wall on a busy 2-core machine); the log line tells users what the first start costs
 
 
 def cache_dir() -> Path:

@@ -24,7 +24,7 @@ import torch
 
 from backend.executor.cpu.quant_blocks import BLOCK, BLOCK_BYTES, BlockQuantized
 
-KINDS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2}
+KINDS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q4_K": 3, "Q5_K": 4, "Q6_K": 5}  # the K-quants: k_quants.py
 GROUP = 8  # output rows interleaved together (csrc/block_format.h)
 ACTIVATION_BITS = {"float32": 32, "int16": 16, "int8": 8}
 
@@ -38,7 +38,8 @@ DECODE_ACTIVATIONS = "int16"
 class BlockWeight:
     """`[out, in]` weights interleaved (`interleave`): uint8 `quants` `[groups, 8 * row bytes]`, float16 `scales`
     and (Q4_1) `mins` `[groups, 8 * in / 32]`, and the kernel that multiplies them; `decode_activations` (a key of
-    `ACTIVATION_BITS`): how 1 to 8 rows are multiplied (more rows always exactly, in float32)."""
+    `ACTIVATION_BITS`): how 1 to 8 rows are multiplied (more rows always exactly, in float32). A K-quant matrix
+    (k_quants.py) holds all its bytes in `quants`, and its products are integer ones for any row count."""
 
     kind: str
     quants: torch.Tensor

@@ -2,7 +2,7 @@
 
 A one-token step of SmolLM2-135M on two cores spends about a fifth of its time in Python between kernels:
 each layer makes ~19 torch-level calls (norms, four block products, rotation, KV write, attention, views).
-When every matrix of every layer is kept in GGML blocks (`BlockWeight`), the row-wise ops and the attention
+When every matrix of every layer is kept in GGML blocks (`BlockWeight`, or a `StackedWeight` of them), the row-wise ops and the attention
 are the extension's own, and the step's attention plan sends every row to the paged kernel (decodes and
 speculative verifications, no prefill chunk), the layers run in one call instead. That call runs the same
 kernels in the same order on the same views, so hidden states and KV are the same bits as the Python loop's;
@@ -22,6 +22,7 @@ from backend.executor.cpu import elementwise_kernel
 from backend.executor.cpu.block_linear import ACTIVATION_BITS, KINDS, BlockWeight
 from backend.executor.model.layer import DecoderLayer, RMSNorm
 from backend.executor.model.ops import ModelOps
+from backend.executor.model.quantized_linear import StackedWeight
 from backend.executor.model.rotary import Rotary
 
 _ABSENT = torch.empty(0)
@@ -56,28 +57,32 @@ class FusedLayers:
         tensors: list[torch.Tensor] = []
         kinds: list[int] = []
         out_features: list[int] = []
+        parts: list[int] = []
         bits: set[int] = set()
         kernel: ModuleType | None = None
         layers = cast("list[DecoderLayer]", list(model.layers))
         if not all(layer.FUSABLE for layer in layers):  # other families' layers run the Python loop
             return None
         for layer in layers:
-            matrices = [getattr(layer, name) for name in layer.MATRICES]
-            if not all(isinstance(m, BlockWeight) for m in matrices):
+            matrices = [_parts(getattr(layer, name)) for name in layer.MATRICES]
+            if any(m is None for m in matrices):
                 return None
             bias = layer.qkv_bias
             tensors += [layer.input_norm.weight, layer.post_norm.weight, _ABSENT if bias is None else bias]
-            for m in matrices:
-                tensors += [m.quants, m.scales, _ABSENT if m.mins is None else m.mins]
-                kinds.append(KINDS[m.kind])
-                out_features.append(m.shape[0])
-                bits.add(ACTIVATION_BITS[m.decode_activations])
-                kernel = m.kernel
+            for matrix in matrices:
+                assert matrix is not None
+                parts.append(len(matrix))
+                for m in matrix:
+                    tensors += [m.quants, m.scales, _ABSENT if m.mins is None else m.mins]
+                    kinds.append(KINDS[m.kind])
+                    out_features.append(m.shape[0])
+                    bits.add(ACTIVATION_BITS[m.decode_activations])
+                    kernel = m.kernel
         if kernel is None or len(bits) != 1 or not hasattr(kernel, "DecodeStack"):
             return None
         first = layers[0]
         stack = kernel.DecodeStack(
-            tensors, kinds, out_features, bits.pop(), first.num_heads, first.num_kv_heads, first.head_dim,
+            tensors, kinds, out_features, parts, bits.pop(), first.num_heads, first.num_kv_heads, first.head_dim,
             model.norm.eps, first.scale, model.norm.weight, model.rotary.cos_sin_cache,
         )
         return cls(stack)
@@ -94,3 +99,12 @@ class FusedLayers:
             rows.starts, rows.q_lens, rows.context_lens, rows.block_tables,
         )
         return out
+
+
+def _parts(matrix: object) -> list[BlockWeight] | None:
+    """The block matrices a layer's matrix is made of (several for a `StackedWeight`), None if it is not blocks."""
+    if isinstance(matrix, BlockWeight):
+        return [matrix]
+    if isinstance(matrix, StackedWeight):
+        return list(matrix.parts)
+    return None

@@ -7,18 +7,22 @@ for the product and its result is returned in the caller's dtype. GGML's Q4_0 an
 onto the int4 form (their float16 scales rounded to bfloat16); Q8_0's per-block scales do not fit the
 per-row int8 form, so Q8_0 matrices are requantized per row (docs/engine.md gives the perplexity cost).
 Where the block kernel builds (block_kernel.py), `auto` keeps the file's blocks instead and multiplies them
-with their exact values (block_linear.py); these torch forms are then what `int4` and `int8` ask for.
+with their exact values (block_linear.py; the K-quants' super-blocks: k_quants.py); these torch forms are then
+what `int4` and `int8` ask for. A merged matrix whose parts the file keeps in different block kinds is kept as
+its parts, one block product each (`StackedWeight`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
 
 import torch
 
 from backend.executor.cpu import block_kernel
 from backend.executor.cpu.block_linear import BlockWeight, from_blocks
-from backend.executor.cpu.quant_blocks import BLOCK, BlockQuantized, Weight, as_float
+from backend.executor.cpu.k_quants import from_k_blocks
+from backend.executor.cpu.quant_blocks import BLOCK, K_KINDS, BlockQuantized, MixedRows, Weight, as_float
 
 GROUP = BLOCK  # inputs per int4 scale; GGML's block size, so Q4 blocks keep their own scales
 
@@ -53,7 +57,20 @@ class Int8Weight:
         return (self.weight[ids].to(torch.float32) * self.scales[ids].to(torch.float32).unsqueeze(-1)).to(dtype)
 
 
-QuantizedWeight = Int4Weight | Int8Weight | BlockWeight
+@dataclass(slots=True)
+class StackedWeight:
+    """Block matrices of different kinds stacked along their output rows (`MixedRows`): one product each, their
+    outputs side by side."""
+
+    parts: list[BlockWeight]
+    shape: tuple[int, int]
+
+    def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        out = torch.cat([p.linear(x) for p in self.parts], dim=-1)
+        return out if bias is None else out + bias
+
+
+QuantizedWeight = Int4Weight | Int8Weight | BlockWeight | StackedWeight
 
 
 def _rows(x: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
@@ -106,23 +123,33 @@ def _bf16(values: torch.Tensor) -> torch.Tensor:
 
 def form_for(mode: str, weight: Weight) -> str:
     """How a matrix is kept under `--quantization mode`: "dense", "blocks", "int4" or "int8". `auto` keeps the
-    file's own blocks for the block kernel (where it does not build: Q4_0/Q4_1 as int4, Q8_0 as int8) and float
-    matrices float."""
+    file's own blocks for the block kernel (where it does not build: Q4_0/Q4_1 as int4, Q8_0 as int8, the
+    K-quants dequantized, since requantizing them would lose precision) and float matrices float."""
     if mode in ("int4", "int8"):
         return mode
-    if mode == "auto" and isinstance(weight, BlockQuantized):
+    if mode == "auto" and isinstance(weight, BlockQuantized | MixedRows):
         if block_kernel.load() is not None:
             return "blocks"
-        return "int8" if weight.kind == "Q8_0" else "int4"
+        kinds = {p.kind for p in weight.parts} if isinstance(weight, MixedRows) else {weight.kind}
+        if kinds & set(K_KINDS) or len(kinds) > 1:
+            return "dense"
+        return "int8" if kinds == {"Q8_0"} else "int4"
     return "dense"
 
 
 def quantize(weight: Weight, form: str) -> QuantizedWeight:
     if form == "blocks":
         kernel = block_kernel.load()
-        assert isinstance(weight, BlockQuantized) and kernel is not None, "form_for chose blocks"
-        return from_blocks(weight, kernel)
+        assert kernel is not None, "form_for chose blocks"
+        if isinstance(weight, MixedRows):
+            return StackedWeight([_blocks(p, kernel) for p in weight.parts], weight.shape)
+        assert isinstance(weight, BlockQuantized), "form_for chose blocks"
+        return _blocks(weight, kernel)
     return quantize_int4(weight) if form == "int4" else quantize_int8(weight)
+
+
+def _blocks(weight: BlockQuantized, kernel: ModuleType) -> BlockWeight:
+    return from_k_blocks(weight, kernel) if weight.kind in K_KINDS else from_blocks(weight, kernel)
 
 
 def available() -> bool:

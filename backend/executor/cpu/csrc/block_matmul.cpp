@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "block_format.h"
+#include "k_blocks.h"
 #include "model_ops.h"
 
 namespace {
@@ -183,6 +184,7 @@ void multiply(const Matrix& w, const float* x, int64_t rows, float* y, int64_t a
 torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& quants, const torch::Tensor& scales,
                            const c10::optional<torch::Tensor>& mins, int64_t kind, int64_t activation_bits,
                            int64_t out_features) {
+  if (tidegate_k::is_k_kind(kind)) return tidegate_ops::k_linear(x, quants, kind, activation_bits, out_features);  // k_blocks.cpp
   const Matrix w = matrix_of(quants, scales, mins, kind, out_features);
   TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2 && x.size(1) == w.in, "x: float32 [rows, in]");
   TORCH_CHECK(activation_bits == 8 || activation_bits == 16 || activation_bits == 32, "activation bits: 8, 16 or 32");
@@ -213,6 +215,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> quantize_activations(con
 torch::Tensor dequantize(const torch::Tensor& quants, const torch::Tensor& scales,
                          const c10::optional<torch::Tensor>& mins, int64_t kind, int64_t out_features,
                          const torch::Tensor& ids) {
+  if (tidegate_k::is_k_kind(kind)) return tidegate_ops::k_dequantize(quants, kind, out_features, ids);
   const Matrix w = matrix_of(quants, scales, mins, kind, out_features);
   const torch::Tensor rows = ids.to(torch::kInt64).contiguous();
   TORCH_CHECK(rows.dim() == 1, "ids: one dimension");
@@ -260,4 +263,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     set_isa_limit(isa == "scalar" ? kScalar : isa == "avx2" ? kAvx2 : kAvx512Vnni);
   }, "the widest instruction set every kernel may use, capped at the CPU's (tests, benchmarks)");
   tidegate_ops::bind_decode_stack(m);
+  tidegate_ops::bind_k_blocks(m);
 }

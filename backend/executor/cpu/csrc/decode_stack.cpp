@@ -18,13 +18,17 @@ struct Block {  // one matrix in the block kernel's arrays (block_linear.py's Bl
   int64_t kind, out_features;
 };
 
+// A layer's matrix: one block matrix, or several of different kinds stacked along the output rows (a merged
+// projection the file keeps in two types, quantized_linear.py's StackedWeight), their outputs side by side.
+using Matrix = std::vector<Block>;
+
 struct Layer {
   torch::Tensor input_norm, post_norm;
   c10::optional<torch::Tensor> qkv_bias;
-  Block qkv, o, gate_up, down;
+  Matrix qkv, o, gate_up, down;
 };
 
-constexpr size_t kTensorsPerLayer = 15;  // input_norm, post_norm, qkv_bias, then quants, scales, mins x 4
+constexpr size_t kLayerTensors = 3;  // input_norm, post_norm, qkv_bias; then quants, scales, mins a part
 
 c10::optional<torch::Tensor> present(const torch::Tensor& t) {
   return t.numel() > 0 ? c10::optional<torch::Tensor>(t) : c10::nullopt;  // empty: absent
@@ -32,23 +36,36 @@ c10::optional<torch::Tensor> present(const torch::Tensor& t) {
 
 class DecodeStack {
  public:
-  // `tensors`: kTensorsPerLayer a layer (an empty tensor for an absent bias or Q4_0/Q8_0 minimums), `kinds` and
-  // `out_features` four a layer (the Kind and output rows of qkv, o, gate_up, down).
+  // `parts`: four a layer (how many block matrices make qkv, o, gate_up and down); `tensors`: kLayerTensors a
+  // layer (an empty tensor for an absent bias), then quants, scales and mins for each part (mins empty where the
+  // kind has none); `kinds` and `out_features`: one a part (its Kind and output rows).
   DecodeStack(const std::vector<torch::Tensor>& tensors, const std::vector<int64_t>& kinds,
-              const std::vector<int64_t>& out_features, int64_t activation_bits,
+              const std::vector<int64_t>& out_features, const std::vector<int64_t>& parts, int64_t activation_bits,
               int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, double eps, double scale,
               torch::Tensor final_norm, torch::Tensor cos_sin)
       : bits_(activation_bits), heads_(num_heads), kv_heads_(num_kv_heads), dim_(head_dim), eps_(eps),
         scale_(scale), final_norm_(std::move(final_norm)), cos_sin_(std::move(cos_sin)) {
-    TORCH_CHECK(tensors.size() % kTensorsPerLayer == 0 && kinds.size() * 15 == tensors.size() * 4 &&
-                out_features.size() == kinds.size(), "15 tensors, 4 kinds and 4 output sizes a layer");
-    for (size_t i = 0; i < tensors.size(); i += kTensorsPerLayer) {
-      const torch::Tensor* t = &tensors[i];
-      const int64_t* k = &kinds[i / kTensorsPerLayer * 4];
-      const int64_t* out = &out_features[i / kTensorsPerLayer * 4];
-      auto block = [&](int j) { return Block{t[3 + 3 * j], t[4 + 3 * j], present(t[5 + 3 * j]), k[j], out[j]}; };
-      layers_.push_back({t[0], t[1], present(t[2]), block(0), block(1), block(2), block(3)});
+    TORCH_CHECK(parts.size() % 4 == 0 && kinds.size() == out_features.size(), "4 matrices a layer, a kind a part");
+    size_t t = 0, part = 0;
+    auto matrix = [&](int64_t count) {
+      Matrix m;
+      for (int64_t i = 0; i < count; ++i, ++part, t += 3) {
+        TORCH_CHECK(t + 3 <= tensors.size() && part < kinds.size(), "fewer tensors than parts");
+        m.push_back({tensors[t], tensors[t + 1], present(tensors[t + 2]), kinds[part], out_features[part]});
+      }
+      return m;
+    };
+    for (size_t i = 0; i < parts.size(); i += 4) {
+      TORCH_CHECK(t + kLayerTensors <= tensors.size(), "fewer tensors than layers");
+      Layer layer{tensors[t], tensors[t + 1], present(tensors[t + 2]), {}, {}, {}, {}};
+      t += kLayerTensors;
+      layer.qkv = matrix(parts[i]);
+      layer.o = matrix(parts[i + 1]);
+      layer.gate_up = matrix(parts[i + 2]);
+      layer.down = matrix(parts[i + 3]);
+      layers_.push_back(std::move(layer));
     }
+    TORCH_CHECK(t == tensors.size() && part == kinds.size(), "more tensors than parts");
   }
 
   // Hidden states after the final norm for x [T, hidden] (the step's embedded tokens, which become the
@@ -86,8 +103,11 @@ class DecodeStack {
   }
 
  private:
-  torch::Tensor linear(const torch::Tensor& x, const Block& w) const {
-    return tidegate_ops::block_linear(x, w.quants, w.scales, w.mins, w.kind, bits_, w.out_features);
+  torch::Tensor linear(const torch::Tensor& x, const Matrix& w) const {
+    std::vector<torch::Tensor> outs;
+    for (const Block& b : w) outs.push_back(tidegate_ops::block_linear(x, b.quants, b.scales, b.mins, b.kind, bits_,
+                                                                       b.out_features));
+    return outs.size() == 1 ? outs[0] : torch::cat(outs, 1);
   }
 
   std::vector<Layer> layers_;
@@ -101,6 +121,6 @@ class DecodeStack {
 void tidegate_ops::bind_decode_stack(pybind11::module& m) {
   pybind11::class_<DecodeStack>(m, "DecodeStack", "a decode step's decoder layers in one call (fused_step.py)")
       .def(pybind11::init<const std::vector<torch::Tensor>&, const std::vector<int64_t>&, const std::vector<int64_t>&,
-                          int64_t, int64_t, int64_t, int64_t, double, double, torch::Tensor, torch::Tensor>())
+                          const std::vector<int64_t>&, int64_t, int64_t, int64_t, int64_t, double, double, torch::Tensor, torch::Tensor>())
       .def("run", &DecodeStack::run, pybind11::call_guard<pybind11::gil_scoped_release>());
 }

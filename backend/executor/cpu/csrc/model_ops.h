@@ -24,6 +24,11 @@ void paged_attention(const torch::Tensor& q, const torch::Tensor& k_cache, const
                      const torch::Tensor& context_lens, const torch::Tensor& block_tables, double scale);
 void write_kv(const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& k_cache,
               const torch::Tensor& v_cache, const torch::Tensor& slots);
+// k_blocks.cpp: y = x @ W.T for a weight in repacked K-quant super-blocks (kind 3-5), and its Python functions
+torch::Tensor k_linear(const torch::Tensor& x, const torch::Tensor& data, int64_t kind, int64_t activation_bits,
+                       int64_t out_features);
+torch::Tensor k_dequantize(const torch::Tensor& data, int64_t kind, int64_t out_features, const torch::Tensor& ids);
+void bind_k_blocks(pybind11::module& m);
 // decode_stack.cpp: registers its DecodeStack class on the extension's module
 void bind_decode_stack(pybind11::module& m);
 

@@ -104,6 +104,7 @@ def _per_expert(stacked: Weight, count: int) -> list[Weight]:
         if remainder:
             raise ValueError(f"{stacked.shape[0]} expert rows do not split into {count} experts")
         return [stacked.take_rows(torch.arange(e * rows, (e + 1) * rows)) for e in range(count)]
+    assert isinstance(stacked, torch.Tensor), "a file's stacked experts are one tensor"
     if stacked.dim() != 3 or stacked.shape[0] != count:
         raise ValueError(f"expert tensor shape {tuple(stacked.shape)} does not hold {count} experts")
     return list(stacked.unbind(0))

@@ -18,7 +18,13 @@ from backend.executor.cpu import block_kernel
 from backend.executor.cpu.block_linear import BlockWeight
 from backend.executor.cpu.quant_blocks import BlockQuantized
 from backend.executor.model import quantized_linear
-from backend.executor.model.quantized_linear import Int4Weight, Int8Weight, quantize_int4, quantize_int8
+from backend.executor.model.quantized_linear import (
+    Int4Weight,
+    Int8Weight,
+    StackedWeight,
+    quantize_int4,
+    quantize_int8,
+)
 from backend.executor.model.vocabulary import Vocabulary
 from backend.loading.loader import load_model
 from tests.backend.model_harness import prefill_logits
@@ -127,7 +133,8 @@ def test_auto_multiplies_the_files_blocks_exactly(tmp_path: Path, gemm_isa: str)
     exact, auto = load_model(path).model, load_model(path, quantization="auto").model
     first, second = auto.layers[0], auto.layers[1]
     assert all(isinstance(m, BlockWeight) for m in (first.qkv_proj, first.o_proj, first.down_proj))
-    assert isinstance(first.gate_up_proj, torch.Tensor), "Q4_1 gate and Q4_0 up merge into one float matrix"
+    assert isinstance(first.gate_up_proj, StackedWeight), "Q4_1 gate and Q4_0 up stay two block matrices"
+    assert [p.kind for p in first.gate_up_proj.parts] == ["Q4_1", "Q4_0"]
     assert isinstance(second.down_proj, torch.Tensor)
     assert isinstance(auto.embed_tokens, Vocabulary) and auto.lm_head is auto.embed_tokens
     assert isinstance(auto.embed_tokens.table, BlockWeight)

@@ -1,0 +1,302 @@
+// y = x @ W.T for a weight kept in GGML's K-quant super-blocks (Q4_K, Q5_K, Q6_K), repacked by k_quants.py into
+// k_blocks.h's layout with the file's values. Every product runs in integers as llama.cpp multiplies K-quants:
+// the activation rows are quantized once per product to int8 per 32 values, each 4-value slice of 8 weight rows
+// meets 4 broadcast activations in one u8 x s8 dot product, and each 32-value block adds its float scales once.
+// A decode step (1 to 8 rows) asked at 16 bits (block_linear.py's default) quantizes each row to 16 bits per 32
+// values and runs it as two int8 rows, its high and low bytes, whose products add up to the 16-bit one: twice the
+// integer work, on weights read once. A decode step threads over the groups of output rows; more rows (prefill) run as a GEMM of the
+// same tiles, the activations taken in chunks that stay in L2 while a thread's groups stream past them. The
+// path is chosen at run time from the CPU (AVX-512 with VNNI, AVX-512 BW, AVX2, else portable scalar code) or
+// forced by `TIDEGATE_CPU_ISA` / `set_k_isa` (tests run each one).
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "k_blocks.h"
+#include "model_ops.h"
+#include "vector_math.h"
+
+namespace tidegate_k {
+
+namespace {
+
+constexpr float kSmallestBlock = 1e-30f;  // below it levels / amax overflows: such a block rounds to zeros
+constexpr int64_t kChunkRows = 64;
+constexpr int64_t kFewRows = 8;  // activation rows of a decode step: split into two int8 rows each at 16 bits
+constexpr float kSplitLevels = 127.0f * 257.0f;  // the largest 16-bit value whose high byte (rounded down) is 127  // activation rows a GEMM pass keeps in L2 while the weights stream past
+
+// The 6-bit (Q6_K: 6-bit with the high bits) quant of value k (0..31) of row r of a block's group data `blk`.
+int quant_of(KKind kind, const uint8_t* blk, int64_t r, int64_t k) {
+  const int64_t t = (k % 16) / 4, j = k % 4, half = k / 16, byte = 4 * r + j;
+  int q = (blk[32 * t + byte] >> (4 * half)) & 15;
+  if (kind == Q5_K) q |= ((blk[128 + byte] >> (4 * half + t)) & 1) << 4;
+  if (kind == Q6_K) q |= ((blk[128 + 32 * half + byte] >> (2 * t)) & 3) << 4;
+  return q;
+}
+
+float half_at(const uint8_t* p) {
+  c10::Half h;
+  std::memcpy(&h, p, sizeof h);
+  return static_cast<float>(h);
+}
+
+}  // namespace
+
+void dequantize_k_block(const KMatrix& w, int64_t o, int64_t b, float* out) {
+  const int64_t r = o % kRowsPerGroup;
+  const uint8_t* sup = w.super(o / kRowsPerGroup, b / 8);
+  const uint8_t* blk = sup + header_bytes(w.kind) + (b % 8) * block_bytes(w.kind);
+  const uint8_t* scales = blk + 128 + bits_bytes(w.kind);
+  const float d = half_at(sup + 2 * r);
+  if (w.kind == Q6_K) {
+    for (int64_t k = 0; k < kSub; ++k) {
+      const float sc = static_cast<float>(static_cast<int8_t>(scales[8 * (k / 16) + r]));
+      out[k] = d * sc * static_cast<float>(quant_of(w.kind, blk, r, k) - 32);  // exact: 23 bits at most
+    }
+    return;
+  }
+  // As the file's reference computes it: (d * scale) * q - dmin * minimum, each product exact, one rounding.
+  const float scale = d * static_cast<float>(scales[r]), min = half_at(sup + 16 + 2 * r) * static_cast<float>(scales[8 + r]);
+  for (int64_t k = 0; k < kSub; ++k) out[k] = scale * static_cast<float>(quant_of(w.kind, blk, r, k)) - min;
+}
+
+void quantize_k_rows(const float* x, int64_t rows, int64_t in, int8_t* q, float* dx, int32_t* sums) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < in / kSub; ++b) {
+      const float* v = x + r * in + b * kSub;
+      float amax = 0.0f;
+      for (int j = 0; j < kSub; ++j) amax = std::max(amax, std::fabs(v[j]));
+      const float id = amax >= kSmallestBlock ? 127.0f / amax : 0.0f;
+      int8_t* qb = q + r * in + b * kSub;
+      int32_t sum[2] = {0, 0};
+      for (int j = 0; j < kSub; ++j) {
+        qb[j] = static_cast<int8_t>(std::nearbyint(v[j] * id));  // the default rounding: to nearest even
+        sum[j / 16] += qb[j];
+      }
+      dx[r * (in / kSub) + b] = amax / 127.0f;
+      sums[r * (in / 16) + 2 * b] = sum[0];
+      sums[r * (in / 16) + 2 * b + 1] = sum[1];
+    }
+}
+
+void split_k_rows(const float* x, int64_t rows, int64_t in, int8_t* q, float* dx, int32_t* sums) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < in / kSub; ++b) {
+      const float* v = x + r * in + b * kSub;
+      float amax = 0.0f;
+      for (int j = 0; j < kSub; ++j) amax = std::max(amax, std::fabs(v[j]));
+      const float id = amax >= kSmallestBlock ? kSplitLevels / amax : 0.0f;
+      int8_t* high = q + 2 * r * in + b * kSub;
+      int8_t* low = high + in;
+      int32_t sum[2][2] = {{0, 0}, {0, 0}};
+      for (int j = 0; j < kSub; ++j) {
+        const int v16 = static_cast<int>(std::nearbyint(v[j] * id));  // |v16| <= 32639
+        const int h = (v16 + 128) >> 8;  // arithmetic shift: floor, so that low = v16 - 256 h is in -128..127
+        high[j] = static_cast<int8_t>(h);
+        low[j] = static_cast<int8_t>(v16 - 256 * h);
+        sum[0][j / 16] += high[j];
+        sum[1][j / 16] += low[j];
+      }
+      const float step = amax / kSplitLevels;
+      for (int half = 0; half < 2; ++half) {
+        const int64_t row = 2 * r + half;
+        dx[row * (in / kSub) + b] = half == 0 ? 256.0f * step : step;
+        sums[row * (in / 16) + 2 * b] = sum[half][0];
+        sums[row * (in / 16) + 2 * b + 1] = sum[half][1];
+      }
+    }
+}
+
+void k_rows_scalar(const KMatrix& w, const KRows& x, int64_t rows, float* y, int64_t begin, int64_t end) {
+  const int64_t blocks = w.in / kSub;
+  for (int64_t o = begin * kRowsPerGroup; o < std::min(end * kRowsPerGroup, w.out); ++o) {
+    const int64_t r = o % kRowsPerGroup;
+    for (int64_t i = 0; i < rows; ++i) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t* sup = w.super(o / kRowsPerGroup, b / 8);
+        const uint8_t* blk = sup + header_bytes(w.kind) + (b % 8) * block_bytes(w.kind);
+        const uint8_t* scales = blk + 128 + bits_bytes(w.kind);
+        const int8_t* xq = x.q + i * w.in + b * kSub;
+        const int32_t* sums = x.sums + i * (w.in / 16) + 2 * b;
+        int32_t dot[2] = {0, 0};
+        for (int64_t k = 0; k < kSub; ++k) dot[k / 16] += quant_of(w.kind, blk, r, k) * xq[k];
+        const float d = half_at(sup + 2 * r), dx = x.dx[i * blocks + b];
+        if (w.kind == Q6_K) {
+          const int32_t lo = static_cast<int8_t>(scales[r]), hi = static_cast<int8_t>(scales[8 + r]);
+          acc += static_cast<float>(lo * (dot[0] - 32 * sums[0]) + hi * (dot[1] - 32 * sums[1])) * (d * dx);
+        } else {
+          acc += static_cast<float>(dot[0] + dot[1]) * (d * static_cast<float>(scales[r]) * dx);
+          acc -= half_at(sup + 16 + 2 * r) * static_cast<float>(scales[8 + r]) * (dx * static_cast<float>(sums[0] + sums[1]));
+        }
+      }
+      y[i * w.out + o] = acc;
+    }
+  }
+}
+
+#if defined(__x86_64__)
+namespace {
+#define K_TARGET __attribute__((target("avx2,fma,f16c")))
+
+#include "k_blocks_avx2.h"
+#include "k_blocks_kernel.h"
+#undef K_TARGET
+}  // namespace
+
+void k_rows_avx2(const KMatrix& w, const KRows& x, int64_t rows, float* y, int64_t begin, int64_t end) {
+  k_rows<Avx2>(w, x, rows, y, begin, end);
+}
+#else
+void k_rows_avx2(const KMatrix&, const KRows&, int64_t, float*, int64_t, int64_t) { TORCH_CHECK(false, "no AVX2"); }
+#endif
+
+namespace {
+
+enum Isa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+int best_isa() {
+  if (cpu_has_avx512()) return kAvx512;
+  return tidegate_simd::cpu_has_avx2() ? kAvx2 : kScalar;
+}
+
+int isa_named(const std::string& name) {
+  if (name == "scalar") return kScalar;
+  if (name == "avx2") return kAvx2;
+  if (name == "avx512") return kAvx512;
+  TORCH_CHECK(false, "unknown instruction set ", name, " (scalar, avx2 or avx512)");
+  return kScalar;
+}
+
+// The path products take: the best this CPU runs, or a lower one asked for by TIDEGATE_CPU_ISA or set_k_isa.
+std::atomic<int>& chosen_isa() {
+  static std::atomic<int> isa{[] {
+    const char* forced = std::getenv("TIDEGATE_CPU_ISA");
+    return forced && *forced ? std::min(isa_named(forced), best_isa()) : best_isa();
+  }()};
+  return isa;
+}
+
+int isa_now() { return tidegate_simd::scalar_only().load() ? kScalar : chosen_isa().load(); }
+
+std::string set_k_isa(const std::string& name) {
+  const int isa = isa_named(name);
+  TORCH_CHECK(isa <= best_isa(), "this CPU cannot run the ", name, " path");
+  chosen_isa().store(isa);
+  return name;
+}
+
+std::string k_isa() {
+  const int isa = isa_now();
+  if (isa == kAvx512) return cpu_has_vnni() ? "avx512-vnni" : "avx512";
+  return isa == kAvx2 ? "avx2" : "scalar";
+}
+
+KMatrix k_matrix(const torch::Tensor& data, int64_t kind, int64_t out_features) {
+  TORCH_CHECK(is_k_kind(kind), "not a K-quant kind: ", kind);
+  TORCH_CHECK(data.dtype() == torch::kUInt8 && data.is_contiguous() && data.dim() == 2, "data: uint8 [groups, bytes]");
+  const KKind k = static_cast<KKind>(kind);
+  TORCH_CHECK(data.size(1) % super_bytes(k) == 0, "data rows are not whole super-blocks");
+  KMatrix w{data.data_ptr<uint8_t>(), data.size(1) / super_bytes(k) * kSuper, out_features, k};
+  TORCH_CHECK(out_features >= 0 && data.size(0) == w.groups(), "data holds ", data.size(0), " groups, not ",
+              w.groups());
+  return w;
+}
+
+void run_groups(int isa, const KMatrix& w, const KRows& x, int64_t rows, float* y, int64_t begin, int64_t end) {
+  if (isa == kAvx512) return k_rows_avx512(w, x, rows, y, begin, end);
+  if (isa == kAvx2) return k_rows_avx2(w, x, rows, y, begin, end);
+  k_rows_scalar(w, x, rows, y, begin, end);
+}
+
+}  // namespace
+
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& data, int64_t kind, int64_t activation_bits,
+                     int64_t out_features) {
+  const KMatrix w = k_matrix(data, kind, out_features);
+  TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2 && x.size(1) == w.in, "x: float32 [rows, ", w.in, "]");
+  TORCH_CHECK(activation_bits == 8 || activation_bits == 16 || activation_bits == 32, "activation bits: 8, 16 or 32");
+  const torch::Tensor xc = x.contiguous();
+  const int64_t rows = xc.size(0), in = w.in;
+  torch::Tensor y = torch::empty({rows, out_features}, xc.options());
+  if (rows == 0) return y;
+  // Decode rows asked at 16 bits or more run as two int8 rows each (split_k_rows); other rows at 8 bits.
+  const bool split = activation_bits > 8 && rows <= kFewRows;
+  const int64_t n = split ? 2 * rows : rows;
+  thread_local std::vector<int8_t> q;  // a decode step makes a hundred products: the scratch is kept
+  thread_local std::vector<float> dx, halves;
+  thread_local std::vector<int32_t> sums;
+  q.resize(n * in);
+  dx.resize(n * in / kSub);
+  sums.resize(n * in / 16);
+  if (split) {
+    split_k_rows(xc.data_ptr<float>(), rows, in, q.data(), dx.data(), sums.data());
+  } else {
+    quantize_k_rows(xc.data_ptr<float>(), rows, in, q.data(), dx.data(), sums.data());
+  }
+  const KRows xq{q.data(), dx.data(), sums.data()};
+  const int isa = isa_now();
+  const int64_t unit = isa == kAvx512 && n > kWideRows ? 2 : 1;  // the wide AVX-512 path takes two groups at a time
+  const int64_t units = (w.groups() + unit - 1) / unit;
+  // A task of a few hundred microseconds at least; small matrices stay on one thread.
+  const int64_t grain = std::max<int64_t>(1, 32768 / (unit * kRowsPerGroup * in / 16 * std::min<int64_t>(n, kChunkRows)));
+  if (split) halves.resize(n * out_features);
+  float* yp = split ? halves.data() : y.data_ptr<float>();
+  at::parallel_for(0, units, grain, [&](int64_t begin, int64_t end) {
+    const int64_t g0 = begin * unit, g1 = std::min(end * unit, w.groups());
+    for (int64_t r0 = 0; r0 < n; r0 += kChunkRows) {
+      const KRows part{xq.q + r0 * in, xq.dx + r0 * (in / kSub), xq.sums + r0 * (in / 16)};
+      run_groups(isa, w, part, std::min(kChunkRows, n - r0), yp + r0 * out_features, g0, g1);
+    }
+  });
+  if (split) {
+    float* out = y.data_ptr<float>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t o = 0; o < out_features; ++o)
+        out[r * out_features + o] = yp[2 * r * out_features + o] + yp[(2 * r + 1) * out_features + o];
+  }
+  return y;
+}
+
+torch::Tensor dequantize_rows(const torch::Tensor& data, int64_t kind, int64_t out_features, const torch::Tensor& ids) {
+  const KMatrix w = k_matrix(data, kind, out_features);
+  const torch::Tensor rows = ids.to(torch::kInt64).contiguous();
+  TORCH_CHECK(rows.dim() == 1, "ids: one dimension");
+  const int64_t* row = rows.data_ptr<int64_t>();
+  const int64_t n = rows.numel();
+  for (int64_t i = 0; i < n; ++i) TORCH_CHECK(row[i] >= 0 && row[i] < out_features, "row ", row[i], " out of bounds");
+  torch::Tensor out = torch::empty({n, w.in}, torch::TensorOptions().dtype(torch::kFloat32));
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, n, std::max<int64_t>(1, 16384 / std::max<int64_t>(w.in, 1)), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      for (int64_t b = 0; b < w.in / kSub; ++b) dequantize_k_block(w, row[i], b, op + i * w.in + b * kSub);
+  });
+  return out;
+}
+
+}  // namespace tidegate_k
+
+torch::Tensor tidegate_ops::k_linear(const torch::Tensor& x, const torch::Tensor& data, int64_t kind,
+                                     int64_t activation_bits, int64_t out_features) {
+  return tidegate_k::linear(x, data, kind, activation_bits, out_features);
+}
+
+torch::Tensor tidegate_ops::k_dequantize(const torch::Tensor& data, int64_t kind, int64_t out_features,
+                                         const torch::Tensor& ids) {
+  return tidegate_k::dequantize_rows(data, kind, out_features, ids);
+}
+
+void tidegate_ops::bind_k_blocks(pybind11::module& m) {
+  const auto no_gil = pybind11::call_guard<pybind11::gil_scoped_release>();
+  m.def("k_linear", &tidegate_ops::k_linear, "y = x @ W.T for a weight in repacked K-quant super-blocks (1-8 rows at 16 bits if asked, as two int8 rows)", no_gil);
+  m.def("k_dequantize", &tidegate_ops::k_dequantize, "rows `ids` of a repacked K-quant weight as float32", no_gil);
+  m.def("k_isa", &tidegate_k::k_isa, "the instruction set the K-quant products run on now");
+  m.def("set_k_isa", &tidegate_k::set_k_isa, "force the K-quant products' path: scalar, avx2 or avx512 (tests)");
+}
