@@ -175,21 +175,17 @@ int isa_named(const std::string& name) {
   return kScalar;
 }
 
-// The path products take: the best this CPU runs, or a lower one asked for by TIDEGATE_CPU_ISA or set_k_isa.
-std::atomic<int>& chosen_isa() {
-  static std::atomic<int> isa{[] {
-    const char* forced = std::getenv("TIDEGATE_CPU_ISA");
-    return forced && *forced ? std::min(isa_named(forced), best_isa()) : best_isa();
-  }()};
-  return isa;
+// The path products take: the best this CPU runs, capped by the one limit every kernel of the extension shares
+// (vector_math.h: TIDEGATE_CPU_ISA at load, set_isa or set_k_isa from tests).
+int isa_now() {
+  const int limit = tidegate_simd::isa_limit().load();
+  return std::min(limit >= tidegate_simd::kAvx512Vnni ? int{kAvx512} : limit, best_isa());
 }
-
-int isa_now() { return tidegate_simd::scalar_only().load() ? kScalar : chosen_isa().load(); }
 
 std::string set_k_isa(const std::string& name) {
   const int isa = isa_named(name);
   TORCH_CHECK(isa <= best_isa(), "this CPU cannot run the ", name, " path");
-  chosen_isa().store(isa);
+  tidegate_simd::set_isa_limit(isa == kAvx512 ? int{tidegate_simd::kAvx512Vnni} : isa);
   return name;
 }
 
