@@ -5,6 +5,11 @@ A row of a `[out, in]` matrix is `in / 32` blocks, each a float16 scale `d` (Q4_
 and 32 quants: Q4_0 `w = d * (q - 8)`, Q4_1 `w = d * q + m` (q in 0..15, low nibbles first), Q8_0 `w = d * q`
 (q a signed byte). Rows are independent, so merging projections and undoing llama.cpp's head permutation
 work on the raw bytes of whole rows.
+
+Q5_0 (`w = d * (q - 16)`, q in 0..31: four low bits in nibbles, the fifth in a 32-bit mask) has no kernel of
+its own: its blocks are widened at load to Q8_0 blocks with the same scale and the same integers, exactly. That
+costs 8.5 bits per weight instead of 5.5, against 32 for dequantizing; llama.cpp's Q4_K_M files put Q5_0 where a
+row is no multiple of 256 (all of Qwen2.5-0.5B's 896-wide matrices).
 """
 
 from __future__ import annotations
@@ -24,6 +29,24 @@ BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34, "Q4_K": 144, "Q5_K": 176, "Q6
 K_KINDS = ("Q4_K", "Q5_K", "Q6_K")
 SUPER = 256  # values of a K-quant super-block
 BLOCK_VALUES = {kind: SUPER if kind in K_KINDS else BLOCK for kind in BLOCK_BYTES}
+WIDENED = {"Q5_0": "Q8_0"}  # file kinds kept as the blocks of a wider kind, exactly (see widen)
+_Q5_0_BYTES = 22
+
+
+def widen(kind: str, blocks: np.ndarray) -> tuple[str, np.ndarray]:
+    """The file's `kind` blocks (uint8 `[rows, bytes]`) as blocks of a kind a kernel computes, same values."""
+    if kind not in WIDENED:
+        return kind, blocks
+    rows = blocks.shape[0]
+    b = blocks.reshape(rows, -1, _Q5_0_BYTES)
+    high = b[..., 2:6].copy().view("<u4")  # [rows, blocks, 1]: bit j is value j's fifth bit
+    fifth = ((high >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8) << 4  # [rows, blocks, 32]
+    nibbles = b[..., 6:]
+    q = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1) | fifth  # values 0..15 low nibbles, 16..31 high
+    out = np.empty((rows, b.shape[1], BLOCK_BYTES["Q8_0"]), dtype=np.uint8)
+    out[..., :2] = b[..., :2]
+    out[..., 2:] = (q.astype(np.int16) - 16).astype(np.int8).view(np.uint8)
+    return WIDENED[kind], out.reshape(rows, -1)
 
 
 @dataclass(slots=True)

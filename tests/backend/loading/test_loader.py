@@ -11,8 +11,11 @@ import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
+from gguf.quants import dequantize
 
+from backend.executor.cpu.quant_blocks import BlockQuantized
 from backend.executor.model.config import UnsupportedModelError
+from backend.loading.gguf_weights import read_gguf
 from backend.loading.loader import load_model
 from tests.backend.model_harness import prefill_logits
 from tests.backend.tiny_models import tiny_config, tiny_hf_model, write_gguf, write_hf_folder
@@ -165,9 +168,9 @@ def test_unsupported_architecture_is_named(tmp_path: Path) -> None:
         load_model(path)
 
 
-# Types no kernel computes: Q5_0/Q5_1 encoded from the weights, Q3_K and IQ4_NL random blocks.
+# Types no kernel computes: Q5_1 encoded from the weights, Q3_K and IQ4_NL random blocks.
 DEQUANTIZED_TYPES = {
-    "blk.0.attn_q.weight": Q.Q5_0, "blk.0.attn_k.weight": Q.Q5_0, "blk.0.ffn_up.weight": Q.Q5_0,
+    "blk.0.attn_q.weight": Q.Q5_1, "blk.0.attn_k.weight": Q.Q5_1, "blk.0.ffn_up.weight": Q.Q5_1,
     "blk.1.ffn_gate.weight": Q.Q5_1, "blk.1.attn_v.weight": Q.Q3_K, "blk.1.ffn_down.weight": Q.IQ4_NL,
 }
 
@@ -184,8 +187,27 @@ def test_types_without_a_kernel_load_dequantized_with_one_warning(
         prefill_logits(ours.model, PROMPT), hf_logits(transformers_from_gguf(path), PROMPT), rtol=1e-4, atol=1e-4
     )
     [record] = [r for r in caplog.records if r.name == "backend.loading.gguf_weights"]
-    assert "has 1 IQ4_NL, 1 Q3_K, 3 Q5_0, 1 Q5_1 tensors; no kernel computes IQ4_NL/Q3_K/Q5_0/Q5_1 natively" in (
+    assert "has 1 IQ4_NL, 1 Q3_K, 4 Q5_1 tensors; no kernel computes IQ4_NL/Q3_K/Q5_1 natively" in (
         record.getMessage())
+
+
+def test_q5_0_matrices_are_kept_as_q8_0_blocks_of_the_same_values(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tiny_config("llama")
+    types = {"blk.0.attn_output.weight": Q.Q5_0, "blk.1.ffn_up.weight": Q.Q5_0}
+    path = write_gguf(tmp_path / "q5_0.gguf", tiny_hf_model(config).state_dict(), config, types=types)
+    with caplog.at_level(logging.WARNING, logger="backend.loading.gguf_weights"):
+        contents = read_gguf(path, keep_blocks=True)
+    assert not [r for r in caplog.records if r.name == "backend.loading.gguf_weights"]  # nothing is dequantized
+    file_tensors = {t.name: t for t in gguf.GGUFReader(path).tensors}
+    for gguf_name, hf_name in (("blk.0.attn_output.weight", "model.layers.0.self_attn.o_proj.weight"),
+                               ("blk.1.ffn_up.weight", "model.layers.1.mlp.up_proj.weight")):
+        kept = contents.weights[hf_name]
+        assert isinstance(kept, BlockQuantized) and kept.kind == "Q8_0"
+        t = file_tensors[gguf_name]
+        reference = torch.from_numpy(dequantize(t.data, t.tensor_type).reshape(kept.shape))
+        assert torch.equal(kept.dequantize(), reference)  # the same scales and integers: exact
 
 
 def test_unreadable_tensor_type_is_refused_by_name(tmp_path: Path) -> None:
