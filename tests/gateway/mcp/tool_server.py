@@ -1,10 +1,12 @@
 """A real MCP server written with the SDK, for the gateway's MCP tests and benchmark: run as
-`python -m tests.gateway.mcp.tool_server NAME PORT [BEARER]` (with BEARER, calls without it are refused)."""
+`python -m tests.gateway.mcp.tool_server NAME PORT [BEARER]` (with BEARER, calls without it are refused; with
+TOOL_SERVER_STATEFUL=1 in its environment it hands out session ids, which a restart forgets)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from typing import Any
 
@@ -30,7 +32,7 @@ TOOLS = [
 ]
 
 
-def tool_server(name: str, bearer: str | None = None) -> Any:
+def tool_server(name: str, bearer: str | None = None, stateful: bool = False) -> Any:
     async def list_tools(ctx: ServerRequestContext[Any, Any],
                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(tools=TOOLS)
@@ -62,7 +64,7 @@ def tool_server(name: str, bearer: str | None = None) -> Any:
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
-    app = server.streamable_http_app(stateless_http=True, json_response=True, host="0.0.0.0",
+    app = server.streamable_http_app(stateless_http=not stateful, json_response=True, host="0.0.0.0",
                                      custom_starlette_routes=[Route("/health", health)])
     if bearer is None:
         return app
@@ -81,4 +83,5 @@ def tool_server(name: str, bearer: str | None = None) -> Any:
 if __name__ == "__main__":
     name, port = sys.argv[1], int(sys.argv[2])
     bearer = sys.argv[3] if len(sys.argv) > 3 else None
-    uvicorn.run(tool_server(name, bearer), host="127.0.0.1", port=port, log_level="warning")
+    stateful = os.environ.get("TOOL_SERVER_STATEFUL") == "1"
+    uvicorn.run(tool_server(name, bearer, stateful), host="127.0.0.1", port=port, log_level="warning")
