@@ -80,8 +80,8 @@ class McpUpstream:
         close = None
         if (config.url, config.api_key, config.timeouts) != (self.config.url, self.config.api_key,
                                                             self.config.timeouts):
-            sessions, http = self._sessions, self._http
-            self._sessions, self._held, self._http = set(), None, self._client(config)
+            sessions, http = set(self._sessions), self._http  # a snapshot: those opened later use the new client
+            self._held, self._http = None, self._client(config)
             self._tools_read, self._mode = -float("inf"), "auto"
 
             async def close() -> None:
