@@ -236,8 +236,10 @@ class McpUpstream:
 
 
 def _session_gone(error: MCPError) -> bool:
-    """Whether the server no longer knows the session (the SDK's reading of a 404 on a session's request)."""
-    return error.code == INVALID_REQUEST and error.message == "Session terminated"
+    """Whether the server no longer knows the session: it answers 404 with an invalid-request error naming the
+    session ("Session not found" from the SDK's servers; a bare 404 reaches us as "Session terminated"). An
+    invalid request was refused before any tool ran, so resending it on a new session is safe."""
+    return error.code == INVALID_REQUEST and "session" in error.message.lower()
 
 
 def _transport_broke(error: MCPError) -> bool:

@@ -21,7 +21,7 @@ def text(result: types.CallToolResult) -> str:
     return content.text
 
 
-@pytest.mark.parametrize("stateful", [False, True], ids=["stateless", "stateful"])
+@pytest.mark.parametrize("stateful", [False, True], ids=["modern", "handshake-sessions"])
 async def test_a_server_restarted_between_two_calls_answers_the_second(
         tool_servers: ToolServers, gateway_for: StartGateway, stateful: bool) -> None:
     alpha = tool_servers("alpha", stateful=stateful)
