@@ -1,5 +1,6 @@
 """The gateway keeps one MCP session per server across calls: a server restarted between two calls (forgetting
-its sessions, when it keeps any) still answers the second, and a removed server's session is closed."""
+its sessions, when it keeps any) still answers the second; a removed or changed server's session is closed, and a
+stopping gateway closes them all."""
 
 from __future__ import annotations
 
@@ -64,3 +65,15 @@ async def test_a_server_whose_url_changes_gets_a_new_session(
         assert changed.status_code == 200, changed.text
         assert text(await client.call_tool("alpha__echo", {"text": "two"})) == "beta: two"
         await wait_until_async(lambda: upstream.sessions == 1, what="the old session to close")
+
+
+async def test_a_stopping_gateway_closes_its_sessions(tool_servers: ToolServers, gateway_for: StartGateway) -> None:
+    alpha = tool_servers("alpha")
+    gateway = await gateway_for([], mcp_servers=[{"name": "alpha", "url": f"{alpha.url}/mcp"}])
+    _, secret = await gateway.key()
+    upstream = gateway.state().mcp.servers["alpha"]
+    async with mcp_client(gateway.url, secret) as client:
+        assert text(await client.call_tool("alpha__echo", {"text": "one"})) == "alpha: one"
+    assert upstream.sessions == 1
+    await gateway.stop()
+    assert upstream.sessions == 0  # closed by the time the gateway's shutdown returns
