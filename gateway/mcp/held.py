@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 
+import anyio
 from mcp import Client
 
 log = logging.getLogger("tidegate.gateway.mcp")
@@ -19,25 +20,40 @@ class HeldSession:
     """An open client whose transport lives in a task of its own: the SDK's transport runs anyio task groups, whose
     scopes must be left by the task that entered them, so no caller's task may own it."""
 
-    def __init__(self, client: Client, stop: asyncio.Event, task: asyncio.Task[None]) -> None:
+    def __init__(self, client: Client, stop: asyncio.Event, idle: asyncio.Event, task: asyncio.Task[None]) -> None:
         self.client = client
         self._stop = stop
+        self._idle = idle
+        self._calls = 0
         self.task = task
+
+    @asynccontextmanager
+    async def use(self) -> AsyncIterator[Client]:
+        """The client, counted as in use until the block ends (a released session closes once none is)."""
+        self._calls += 1
+        self._idle.clear()
+        try:
+            yield self.client
+        finally:
+            self._calls -= 1
+            if self._calls == 0:
+                self._idle.set()
 
     @property
     def alive(self) -> bool:
         return not self._stop.is_set() and not self.task.done()
 
     def release(self) -> None:
-        """Lets the session close; calls already sent on it end first or fail as the transport goes."""
+        """Takes no more calls, and closes once the calls on it have ended (or `drain` seconds have passed)."""
         self._stop.set()
 
 
-async def hold(name: str, open_client: Opener) -> HeldSession:
+async def hold(name: str, open_client: Opener, drain: float) -> HeldSession:
     """Opens a session in its own task; the opener's error when it cannot, and nothing left behind."""
     loop = asyncio.get_running_loop()
     ready: asyncio.Future[Client] = loop.create_future()
-    stop = asyncio.Event()
+    stop, idle = asyncio.Event(), asyncio.Event()
+    idle.set()
 
     async def keep() -> None:
         try:
@@ -47,6 +63,8 @@ async def hold(name: str, open_client: Opener) -> HeldSession:
                     return
                 ready.set_result(client)
                 await stop.wait()
+                with anyio.move_on_after(drain):
+                    await idle.wait()
         except Exception as exc:
             if not ready.done():
                 ready.set_exception(exc)
@@ -61,7 +79,7 @@ async def hold(name: str, open_client: Opener) -> HeldSession:
         ready.cancel()
         task.cancel()
         raise
-    return HeldSession(client, stop, task)
+    return HeldSession(client, stop, idle, task)
 
 
 async def close_all(sessions: set[HeldSession], grace: float) -> None:

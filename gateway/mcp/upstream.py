@@ -66,7 +66,9 @@ class McpUpstream:
     @staticmethod
     def _client(config: McpServer) -> httpx2.AsyncClient:
         headers = {"authorization": f"Bearer {config.api_key}"} if config.api_key else {}
-        timeouts = httpx2.Timeout(config.timeouts.call, connect=config.timeouts.connect)
+        # no read deadline of its own: the call's deadline is kept by the caller, and a request abandoned at it must
+        # not fail later with a read timeout, which would break the shared session under the other calls
+        timeouts = httpx2.Timeout(None, connect=config.timeouts.connect)
         return httpx2.AsyncClient(headers=headers, timeout=timeouts,
                                   limits=httpx2.Limits(max_connections=None, max_keepalive_connections=64))
 
@@ -118,11 +120,12 @@ class McpUpstream:
             try:
                 with anyio.fail_after(self.config.timeouts.list):
                     # listed on the shared session, which keeps the output schemas it validates results with
-                    client = await self._session()
+                    held = await self._session()
                     try:
-                        listed = await client.list_tools()
-                    except Exception:
-                        self._drop(client)
+                        async with held.use() as client:
+                            listed = await client.list_tools()
+                    except BaseException as exc:
+                        self._drop_after(held, exc)
                         raise
             except Exception as exc:
                 # not asked again for a second, so that a server that is away costs no list timeout per call
@@ -176,50 +179,57 @@ class McpUpstream:
     async def _call_on_session(self, tool: str, arguments: dict[str, Any] | None,
                                meta: dict[str, Any]) -> types.CallToolResult:
         for attempt in (1, 2):
-            client = await self._session()
+            held = await self._session()
             try:
-                return await client.call_tool(tool, arguments, meta=cast(types.RequestParamsMeta, meta or {}))
+                async with held.use() as client:
+                    return await client.call_tool(tool, arguments, meta=cast(types.RequestParamsMeta, meta or {}))
             except MCPError as error:
                 if _transport_broke(error):
-                    self._drop(client)
+                    self._drop(held)
                     raise ConnectionError(error.message) from None
                 # a server restarted, or that expired the session, answers 404 for it: the call never ran there,
                 # so it is sent once more on a new session
                 if not _session_gone(error):
                     raise
-                self._drop(client)
+                self._drop(held)
                 if attempt == 2:
                     raise
-            except Exception:
-                self._drop(client)  # the transport broke: the next call opens a new session
+            except BaseException as exc:
+                self._drop_after(held, exc)
                 raise
         raise AssertionError("unreachable")
 
-    async def _session(self) -> Client:
+    async def _session(self) -> HeldSession:
         """The shared open session, opened first when there is none (within the caller's deadline)."""
         held = self._held
         if held is not None and held.alive:
-            return held.client
+            return held
         async with self._opening:
             held = self._held
             if held is not None and held.alive:
-                return held.client
+                return held
             if held is not None:
-                self._drop(held.client)
-            held = await hold(self.name, self._open)
+                self._drop(held)
+            held = await hold(self.name, self._open, self.config.timeouts.call)
             self._sessions.add(held)
             held.task.add_done_callback(lambda _: self._sessions.discard(held))
             version = held.client.protocol_version
             self._mode = version if version in MODERN_PROTOCOL_VERSIONS else "legacy"
             self._held = held
-            return held.client
+            return held
 
-    def _drop(self, client: Client) -> None:
-        """Releases the shared session if `client` is still it; the calls in flight on it end as they will."""
-        held = self._held
-        if held is not None and held.client is client:
+    def _drop(self, held: HeldSession) -> None:
+        """Releases the shared session if `held` is still it; the calls in flight on it end first."""
+        if self._held is held:
             self._held = None
             held.release()
+
+    def _drop_after(self, held: HeldSession, exc: BaseException) -> None:
+        """After a request that failed or was abandoned: a broken transport drops the session, and so does an
+        abandoned request on a handshake-era session, whose request goes on waiting for its answer (a modern one's
+        is aborted) until the session closes."""
+        if held.client.protocol_version not in MODERN_PROTOCOL_VERSIONS or not isinstance(exc, asyncio.CancelledError):
+            self._drop(held)
 
     async def _open(self, stack: AsyncExitStack) -> Client:
         for attempt in (1, 2):
