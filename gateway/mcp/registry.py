@@ -2,7 +2,8 @@
 
 Like channels (gateway/channels/registry.py): a change made through this replica applies here at once; other
 replicas see the store's version move on their next poll (every 250 ms). A server that stays keeps its breaker
-and pooled connections; a removed one's calls in flight finish on the upstream they hold.
+and pooled connections (and its session, unless its URL, key or timeouts changed); a removed one's calls in
+flight finish on the upstream they hold.
 """
 
 from __future__ import annotations
@@ -110,16 +111,16 @@ class McpRegistry:
             if upstream is None:
                 upstream = McpUpstream(config, self._breaker)
             elif upstream.config != config:
-                replaced = upstream.reconfigure(config)
-                if replaced is not None:
-                    self._close_later(upstream, replaced.aclose)
+                close = upstream.reconfigure(config)
+                if close is not None:
+                    self._close_later(upstream, close)
             servers[name] = upstream
         for gone in set(self._servers) - set(servers):
             self._close_later(self._servers[gone], self._servers[gone].close)
         self._servers, self._version = servers, snapshot.version
 
     def _close_later(self, upstream: McpUpstream, close: Callable[[], Awaitable[None]]) -> None:
-        """Closes a removed server's (or a replaced) HTTP client once the server's calls in flight are done."""
+        """Closes a removed server's (or a replaced) sessions and HTTP client once its calls in flight are done."""
         task = asyncio.get_running_loop().create_task(_close_when_idle(upstream, close))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)

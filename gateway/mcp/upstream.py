@@ -1,5 +1,6 @@
-"""One registered MCP server as the gateway reaches it: an MCP client session per call over a pooled HTTP client,
-the server's tool list cached for `tools_ttl`, layered timeouts, one retry where nothing was sent, a breaker."""
+"""One registered MCP server as the gateway reaches it: one MCP client session kept open and shared by its calls
+(opened again when its transport breaks or the server forgets it) over a pooled HTTP client, the server's tool
+list cached for `tools_ttl`, layered timeouts, one retry where nothing was sent, a breaker."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from enum import StrEnum
 from typing import Any, cast
 
@@ -17,11 +18,13 @@ import httpx2
 import mcp_types as types
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from config import Breaker
 from config.mcp import McpServer
 from gateway.channels.breaker import BreakerState, CircuitBreaker
+from gateway.mcp.held import HeldSession, close_all, hold
 
 log = logging.getLogger("tidegate.gateway.mcp")
 CONNECT_RETRY_DELAY = 0.05
@@ -56,11 +59,16 @@ class McpUpstream:
         self._list_again_at = 0.0
         self._listing = asyncio.Lock()
         self._mode = "auto"  # how to open a session; once the server is known, its version without a probe
+        self._held: HeldSession | None = None
+        self._opening = asyncio.Lock()  # one session opened at a time: the calls waiting meanwhile share it
+        self._sessions: set[HeldSession] = set()  # every session not yet closed, the released ones included
 
     @staticmethod
     def _client(config: McpServer) -> httpx2.AsyncClient:
         headers = {"authorization": f"Bearer {config.api_key}"} if config.api_key else {}
-        timeouts = httpx2.Timeout(config.timeouts.call, connect=config.timeouts.connect)
+        # no read deadline of its own: the call's deadline is kept by the caller, and a request abandoned at it must
+        # not fail later with a read timeout, which would break the shared session under the other calls
+        timeouts = httpx2.Timeout(None, connect=config.timeouts.connect)
         return httpx2.AsyncClient(headers=headers, timeout=timeouts,
                                   limits=httpx2.Limits(max_connections=None, max_keepalive_connections=64))
 
@@ -68,17 +76,30 @@ class McpUpstream:
     def name(self) -> str:
         return self.config.name
 
-    def reconfigure(self, config: McpServer) -> httpx2.AsyncClient | None:
-        """Takes a changed record in place (its breaker and counts stay); the old HTTP client when it must go."""
-        old = None
+    def reconfigure(self, config: McpServer) -> Callable[[], Awaitable[None]] | None:
+        """Takes a changed record in place (its breaker and counts stay); what closes the old session and HTTP
+        client when they must go, for once the calls in flight on them are done."""
+        close = None
         if (config.url, config.api_key, config.timeouts) != (self.config.url, self.config.api_key,
                                                             self.config.timeouts):
-            old, self._http = self._http, self._client(config)
+            sessions, http = set(self._sessions), self._http  # a snapshot: those opened later use the new client
+            self._held, self._http = None, self._client(config)
             self._tools_read, self._mode = -float("inf"), "auto"
+
+            async def close() -> None:
+                await close_all(sessions, self.config.timeouts.connect)
+                await http.aclose()
         self.config = config
-        return old
+        return close
+
+    @property
+    def sessions(self) -> int:
+        """Client sessions open or closing (a released one stays counted until its transport is gone)."""
+        return sum(not s.task.done() for s in self._sessions)
 
     async def close(self) -> None:
+        self._held = None
+        await close_all(self._sessions, self.config.timeouts.connect)
         await self._http.aclose()
 
     @property
@@ -98,8 +119,14 @@ class McpUpstream:
                 return self._tools
             try:
                 with anyio.fail_after(self.config.timeouts.list):
-                    async with self._session() as client:
-                        listed = await client.list_tools()
+                    # listed on the shared session, which keeps the output schemas it validates results with
+                    held = await self._session()
+                    try:
+                        async with held.use() as client:
+                            listed = await client.list_tools()
+                    except BaseException as exc:
+                        self._drop_after(held, exc)
+                        raise
             except Exception as exc:
                 # not asked again for a second, so that a server that is away costs no list timeout per call
                 self._list_again_at = time.monotonic() + LIST_RETRY_DELAY
@@ -137,8 +164,7 @@ class McpUpstream:
         timeouts = self.config.timeouts
         try:
             with anyio.fail_after(timeouts.call):
-                async with self._session() as client:
-                    return await client.call_tool(tool, arguments, meta=cast(types.RequestParamsMeta, meta or {}))
+                return await self._call_on_session(tool, arguments, meta)
         except TimeoutError:
             raise UpstreamFailure(Failure.timeout, f"MCP server {self.name!r} did not answer within "
                                   f"{timeouts.call:g}s") from None
@@ -150,14 +176,60 @@ class McpUpstream:
             raise UpstreamFailure(Failure.unavailable, f"MCP server {self.name!r} is unreachable or broke "
                                   "the connection") from None
 
-    @asynccontextmanager
-    async def _session(self) -> AsyncIterator[Client]:
-        """An open client session, inside the caller's deadline; the TCP connect has its own (the HTTP client's)."""
-        async with AsyncExitStack() as stack:
-            client = await self._open(stack)
-            version = client.protocol_version
+    async def _call_on_session(self, tool: str, arguments: dict[str, Any] | None,
+                               meta: dict[str, Any]) -> types.CallToolResult:
+        for attempt in (1, 2):
+            held = await self._session()
+            try:
+                async with held.use() as client:
+                    return await client.call_tool(tool, arguments, meta=cast(types.RequestParamsMeta, meta or {}))
+            except MCPError as error:
+                if _transport_broke(error):
+                    self._drop(held)
+                    raise ConnectionError(error.message) from None
+                # a server restarted, or that expired the session, answers 404 for it: the call never ran there,
+                # so it is sent once more on a new session
+                if not _session_gone(error):
+                    raise
+                self._drop(held)
+                if attempt == 2:
+                    raise
+            except BaseException as exc:
+                self._drop_after(held, exc)
+                raise
+        raise AssertionError("unreachable")
+
+    async def _session(self) -> HeldSession:
+        """The shared open session, opened first when there is none (within the caller's deadline)."""
+        held = self._held
+        if held is not None and held.alive:
+            return held
+        async with self._opening:
+            held = self._held
+            if held is not None and held.alive:
+                return held
+            if held is not None:
+                self._drop(held)
+            held = await hold(self.name, self._open, self.config.timeouts.call)
+            self._sessions.add(held)
+            held.task.add_done_callback(lambda _: self._sessions.discard(held))
+            version = held.client.protocol_version
             self._mode = version if version in MODERN_PROTOCOL_VERSIONS else "legacy"
-            yield client
+            self._held = held
+            return held
+
+    def _drop(self, held: HeldSession) -> None:
+        """Releases the shared session if `held` is still it; the calls in flight on it end first."""
+        if self._held is held:
+            self._held = None
+            held.release()
+
+    def _drop_after(self, held: HeldSession, exc: BaseException) -> None:
+        """After a request that failed or was abandoned: a broken transport drops the session, and so does an
+        abandoned request on a handshake-era session, whose request goes on waiting for its answer (a modern one's
+        is aborted) until the session closes."""
+        if held.client.protocol_version not in MODERN_PROTOCOL_VERSIONS or not isinstance(exc, asyncio.CancelledError):
+            self._drop(held)
 
     async def _open(self, stack: AsyncExitStack) -> Client:
         for attempt in (1, 2):
@@ -171,6 +243,20 @@ class McpUpstream:
                     raise
                 await anyio.sleep(CONNECT_RETRY_DELAY)
         raise AssertionError("unreachable")
+
+
+def _session_gone(error: MCPError) -> bool:
+    """Whether the server no longer knows the session: it answers 404 with an invalid-request error naming the
+    session ("Session not found" from the SDK's servers; a bare 404 reaches us as "Session terminated"). An
+    invalid request was refused before any tool ran, so resending it on a new session is safe."""
+    return error.code == INVALID_REQUEST and "session" in error.message.lower()
+
+
+def _transport_broke(error: MCPError) -> bool:
+    """Whether the SDK ended the request because its connection went (the server died mid-call, say), which on a
+    shared session reaches the call as an error answer rather than as the transport's exception."""
+    return error.code == CONNECTION_CLOSED and (error.message == "Connection closed"
+                                                or error.message.startswith("SSE stream"))
 
 
 def _refused(exc: BaseException) -> bool:

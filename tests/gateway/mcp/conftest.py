@@ -20,13 +20,14 @@ ToolServers = Callable[..., ChildProcess]
 
 @pytest.fixture
 def tool_servers(tmp_path: Path) -> Iterator[ToolServers]:
-    """Starts MCP servers on demand (`tool_servers("alpha", bearer="...")`) and stops them all afterwards."""
+    """Starts MCP servers on demand (`tool_servers("alpha", bearer="...", stateful=True)`) and stops them all afterwards."""
     started: list[ChildProcess] = []
 
-    def start(name: str, bearer: str | None = None) -> ChildProcess:
+    def start(name: str, bearer: str | None = None, stateful: bool = False) -> ChildProcess:
         port = free_port()
         argv = [sys.executable, "-m", "tests.gateway.mcp.tool_server", name, str(port), *([bearer] if bearer else [])]
-        server = ChildProcess(argv, tmp_path / f"mcp-{name}.log", port)
+        env = {"TOOL_SERVER_STATEFUL": "1"} if stateful else {}
+        server = ChildProcess(argv, tmp_path / f"mcp-{name}.log", port, env=env)
         started.append(server)
         return server.start(health_timeout=60)
 

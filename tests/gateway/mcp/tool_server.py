@@ -1,10 +1,13 @@
 """A real MCP server written with the SDK, for the gateway's MCP tests and benchmark: run as
-`python -m tests.gateway.mcp.tool_server NAME PORT [BEARER]` (with BEARER, calls without it are refused)."""
+`python -m tests.gateway.mcp.tool_server NAME PORT [BEARER]` (with BEARER, calls without it are refused; with
+TOOL_SERVER_STATEFUL=1 in its environment it speaks only the handshake era: initialize, then session ids, which
+a restart forgets)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from typing import Any
 
@@ -30,7 +33,7 @@ TOOLS = [
 ]
 
 
-def tool_server(name: str, bearer: str | None = None) -> Any:
+def tool_server(name: str, bearer: str | None = None, stateful: bool = False) -> Any:
     async def list_tools(ctx: ServerRequestContext[Any, Any],
                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(tools=TOOLS)
@@ -62,8 +65,10 @@ def tool_server(name: str, bearer: str | None = None) -> Any:
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
-    app = server.streamable_http_app(stateless_http=True, json_response=True, host="0.0.0.0",
+    app = server.streamable_http_app(stateless_http=not stateful, json_response=True, host="0.0.0.0",
                                      custom_starlette_routes=[Route("/health", health)])
+    if stateful:
+        app = handshake_only(app)
     if bearer is None:
         return app
 
@@ -78,7 +83,38 @@ def tool_server(name: str, bearer: str | None = None) -> Any:
     return guarded
 
 
+def handshake_only(app: Any) -> Any:
+    """Refuses `server/discover`, so that clients fall back to the initialize handshake and its session ids."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        request = json.loads(body or b"{}")
+        if isinstance(request, dict) and request.get("method") == "server/discover":
+            error = {"code": types.METHOD_NOT_FOUND, "message": "Method not found"}
+            await JSONResponse({"jsonrpc": "2.0", "id": request.get("id"), "error": error})(scope, receive, send)
+            return
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await app(scope, replay, send)
+
+    return wrapped
+
+
 if __name__ == "__main__":
     name, port = sys.argv[1], int(sys.argv[2])
     bearer = sys.argv[3] if len(sys.argv) > 3 else None
-    uvicorn.run(tool_server(name, bearer), host="127.0.0.1", port=port, log_level="warning")
+    stateful = os.environ.get("TOOL_SERVER_STATEFUL") == "1"
+    uvicorn.run(tool_server(name, bearer, stateful), host="127.0.0.1", port=port, log_level="warning")
