@@ -75,8 +75,10 @@ def test_real_shape_and_speculation_flags_and_the_memory_table() -> None:
 
 
 def test_tree_rss_counts_a_live_process_and_nothing_once_gone() -> None:
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"up\n"  # running, not still being exec'd
         assert tree_rss(proc.pid) > 1 << 20  # a Python interpreter holds megabytes
     finally:
         proc.communicate(b"")
