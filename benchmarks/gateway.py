@@ -78,6 +78,17 @@ class Stack:
             self.stop(proc)
 
 
+def start_upstream_and_redis(stack: Stack) -> tuple[str, str, subprocess.Popen[bytes]]:
+    """The instant upstream, once healthy, and an empty Redis: the upstream's URL, Redis's URL without a database,
+    and the upstream's process."""
+    upstream_port, redis_port = free_port(), free_port()
+    instant = stack.spawn([sys.executable, "-m", "benchmarks.instant_upstream", "--port", str(upstream_port)])
+    stack.spawn(["redis-server", "--port", str(redis_port), "--save", "", "--appendonly", "no"])
+    upstream = f"http://127.0.0.1:{upstream_port}"
+    wait_for_health(upstream + "/health", 120, instant)
+    return upstream, f"redis://127.0.0.1:{redis_port}", instant
+
+
 def start_tidegate(stack: Stack, upstream_url: str, redis_url: str, workers: int,
                    tree: Path | None = None) -> tuple[str, str, subprocess.Popen[bytes]]:
     """A gateway on a fresh port with one account and key; `tree` is the checkout it runs from (its packages
@@ -189,15 +200,10 @@ def main() -> None:
         workdir = Path(tmp)
         stack = Stack(workdir)
         try:
-            upstream_port, redis_port = free_port(), free_port()
-            instant = stack.spawn([sys.executable, "-m", "benchmarks.instant_upstream", "--port", str(upstream_port)])
-            stack.spawn(["redis-server", "--port", str(redis_port), "--save", "", "--appendonly", "no"])
-            upstream = f"http://127.0.0.1:{upstream_port}"
-            wait_for_health(upstream + "/health", 120, instant)
+            upstream, redis, instant = start_upstream_and_redis(stack)
             figures = measure("upstream", upstream, None, args.duration, workdir, instant.pid)
             for workers in (int(w) for w in args.workers.split(",")):
-                url, key, proc = start_tidegate(stack, upstream + "/v1", f"redis://127.0.0.1:{redis_port}/0",
-                                                workers)
+                url, key, proc = start_tidegate(stack, upstream + "/v1", f"{redis}/0", workers)
                 figures += measure(f"tidegate-w{workers}", url, key, args.duration, workdir, proc.pid)
                 stack.stop(proc)
             if args.litellm:

@@ -24,8 +24,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from benchmarks.gateway import Figure, Stack, cpu_seconds, free_port, start_tidegate, wrk
-from tidegate.stack.processes import wait_for_health
+from benchmarks.gateway import Figure, Stack, cpu_seconds, start_tidegate, start_upstream_and_redis, wrk
 
 CONCURRENCY = 32
 
@@ -57,16 +56,11 @@ def run(base: Path, head: Path, workers: list[int], rounds: int, duration: int) 
         workdir = Path(tmp)
         stack = Stack(workdir)
         try:
-            upstream_port, redis_port = free_port(), free_port()
-            instant = stack.spawn([sys.executable, "-m", "benchmarks.instant_upstream", "--port", str(upstream_port)])
-            stack.spawn(["redis-server", "--port", str(redis_port), "--save", "", "--appendonly", "no"])
-            upstream = f"http://127.0.0.1:{upstream_port}"
-            wait_for_health(upstream + "/health", 120, instant)
+            upstream, redis, _ = start_upstream_and_redis(stack)
             for count in workers:
                 gateways = {}
                 for db, (name, tree) in enumerate((("base", base), ("head", head))):
-                    url, key, proc = start_tidegate(stack, upstream + "/v1", f"redis://127.0.0.1:{redis_port}/{db}",
-                                                    count, tree)
+                    url, key, proc = start_tidegate(stack, upstream + "/v1", f"{redis}/{db}", count, tree)
                     gateways[name] = (url, key, proc)
                     for stream in (False, True):  # warm-up: connections, caches, lazy imports
                         wrk(url, key, stream, 8, 2, workdir)
