@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
-from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
 from config import Channel, ModelGroup
 from config.model_groups import group_problem
+from gateway.admin.keyed_records import key_hidden, named, refuse_rename, updated_record, validated_record
 from gateway.channels.registry import ChannelRegistry, channel_record
 from gateway.channels.state import ChannelState
 from gateway.errors import ApiError, invalid_request, not_found
@@ -18,7 +18,6 @@ from gateway.errors import ApiError, invalid_request, not_found
 Handler = Callable[[Request], Awaitable[Any]]
 ReadJson = Callable[[Request], Awaitable[dict[str, Any]]]
 # a name must fit in a URL path segment as it is
-M = TypeVar("M", bound=BaseModel)
 NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
@@ -34,8 +33,8 @@ def channel_handlers(registry: ChannelRegistry, read_json: ReadJson) -> dict[str
 
 def channel_view(state: ChannelState) -> dict[str, Any]:
     """Live status and settings; whether an api_key is set, never the key."""
-    settings = state.config.model_dump(mode="json", exclude={"api_key", "name", "base_url"})
-    return {**state.status(), "settings": settings, "api_key_set": state.config.api_key is not None}
+    settings = key_hidden(state.config, "name", "base_url")
+    return {**state.status(), "settings": settings, "api_key_set": settings.pop("api_key_set")}
 
 
 class ChannelAdmin:
@@ -44,11 +43,7 @@ class ChannelAdmin:
         self._read_json = read_json
 
     def _channel(self, request: Request) -> ChannelState:
-        name = request.path_params["name"]
-        state = self._registry.channels.get(name)
-        if state is None:
-            raise not_found(f"no channel {name!r}", "channel_not_found")
-        return state
+        return named(self._registry.channels, request, "channel", "channel_not_found")
 
     async def list_channels(self, request: Request) -> Any:
         return {"data": [channel_view(c) for c in self._registry.channels.values()]}
@@ -68,14 +63,10 @@ class ChannelAdmin:
     async def update_channel(self, request: Request) -> Any:
         state = self._channel(request)
         changes = await self._read_json(request)
-        if changes.get("name", state.name) != state.name:
-            raise invalid_request("a channel cannot be renamed: add the new one, then remove this one", "name")
+        refuse_rename(changes, state.name, "a channel")
         if state.draining:
             raise ApiError(409, f"channel {state.name!r} is draining", "invalid_request_error", "channel_draining")
-        record = channel_record(state.config)
-        if changes.get("base_url", state.config.base_url) != state.config.base_url and "api_key" not in changes:
-            record["api_key"] = None  # a stored key is never sent to a destination it was not set for
-        config = validated_record(Channel, {**record, **changes})
+        config = updated_record(Channel, channel_record(state.config), changes, "base_url")
         return channel_view(await self._registry.put_channel(config))
 
     async def remove_channel(self, request: Request) -> Any:
@@ -129,13 +120,3 @@ class ChannelAdmin:
                    if name in c.config.models]
         return {"name": name, "targets": targets, "fallbacks": [], "implicit": True}
 
-
-def validated_record(kind: type[M], body: dict[str, Any]) -> M:
-    if body.get("api_key_file") is not None:  # a path on the gateway's disk: its content would go upstream
-        raise invalid_request("api_key_file: for config files only; send api_key")
-    try:
-        return kind.model_validate(body)
-    except ValidationError as exc:
-        # locations and reasons only: pydantic's own text would echo the input, an api_key included
-        reasons = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors())
-        raise invalid_request(reasons) from None

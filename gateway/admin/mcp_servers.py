@@ -7,8 +7,9 @@ from typing import Any
 from starlette.requests import Request
 
 from config.mcp import McpServer
-from gateway.admin.channels import Handler, ReadJson, validated_record
-from gateway.errors import ApiError, invalid_request, not_found
+from gateway.admin.channels import Handler, ReadJson
+from gateway.admin.keyed_records import key_hidden, named, refuse_rename, updated_record, validated_record
+from gateway.errors import ApiError
 from gateway.mcp.names import public_name
 from gateway.mcp.registry import McpRegistry, server_record
 from gateway.mcp.upstream import McpUpstream
@@ -24,8 +25,7 @@ def mcp_server_handlers(registry: McpRegistry, read_json: ReadJson) -> dict[str,
 
 async def server_view(upstream: McpUpstream, with_tools: bool = False) -> dict[str, Any]:
     """Settings, breaker and calls in flight; whether an api_key is set, never the key."""
-    view = {**upstream.config.model_dump(mode="json", exclude={"api_key", "api_key_file"}),
-            "api_key_set": upstream.config.api_key is not None, "breaker": upstream.breaker.state.value,
+    view = {**key_hidden(upstream.config, "api_key_file"), "breaker": upstream.breaker.state.value,
             "in_flight": upstream.in_flight}
     if with_tools:
         view["tools"] = [{"name": public_name(upstream.name, t.name), "description": t.description}
@@ -39,11 +39,7 @@ class McpServerAdmin:
         self._read_json = read_json
 
     def _server(self, request: Request) -> McpUpstream:
-        name = request.path_params["name"]
-        upstream = self._registry.servers.get(name)
-        if upstream is None:
-            raise not_found(f"no MCP server {name!r}", "mcp_server_not_found")
-        return upstream
+        return named(self._registry.servers, request, "MCP server", "mcp_server_not_found")
 
     async def list_servers(self, request: Request) -> Any:
         return {"data": [await server_view(u) for u in self._registry.servers.values()]}
@@ -61,12 +57,8 @@ class McpServerAdmin:
     async def update_server(self, request: Request) -> Any:
         upstream = self._server(request)
         changes = await self._read_json(request)
-        if changes.get("name", upstream.name) != upstream.name:
-            raise invalid_request("an MCP server cannot be renamed: add the new one, then remove this one", "name")
-        record = server_record(upstream.config)
-        if changes.get("url", upstream.config.url) != upstream.config.url and "api_key" not in changes:
-            record["api_key"] = None  # a stored key is never sent to a destination it was not set for
-        config = validated_record(McpServer, {**record, **changes})
+        refuse_rename(changes, upstream.name, "an MCP server")
+        config = updated_record(McpServer, server_record(upstream.config), changes, "url")
         return await server_view(await self._registry.put(config))
 
     async def remove_server(self, request: Request) -> Any:

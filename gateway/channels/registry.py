@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from config import Channel, GatewaySettings, ModelGroup
 from gateway.channels.router import Router
 from gateway.channels.state import ChannelState
+from gateway.channels.store_registry import StoreRegistry
 from quota import RoutingSnapshot, RoutingStore
 
 log = logging.getLogger("tidegate.gateway.channels")
@@ -29,17 +30,14 @@ def channel_record(config: Channel) -> dict[str, Any]:
     return config.model_dump(mode="json")
 
 
-class ChannelRegistry:
+class ChannelRegistry(StoreRegistry[RoutingStore, RoutingSnapshot]):
     def __init__(self, store: RoutingStore, settings: GatewaySettings, router: Router,
                  poll_interval: float = POLL_INTERVAL):
-        self._store = store
+        super().__init__(store, "channels", log, "channel-registry", poll_interval)
         self._settings = settings
         self._router = router
-        self._poll_interval = poll_interval
         self._states = {c.name: c for c in router.channels}
-        self._version = -1  # nothing read from the store yet: the config file's channels serve meanwhile
         self._tasks: set[asyncio.Task[None]] = set()
-        self._reloading = asyncio.Lock()  # one read applied at a time, so an older read never undoes a newer
 
     @property
     def router(self) -> Router:
@@ -54,36 +52,22 @@ class ChannelRegistry:
     def groups(self) -> dict[str, ModelGroup]:
         return dict(self._router.groups)
 
-    async def start(self) -> None:
-        """Seeds the store from the config file on its first start, then serves the store's records."""
-        settings = self._settings
-        try:
-            await self._seed_and_load()
-        except Exception as exc:  # the store is down: serve the config file's channels until it is back
-            log.warning("cannot read channels from the store (%s); serving the config file's", type(exc).__name__)
-        else:
-            configured = {c.name: c for c in settings.channels}
-            if configured != {n: s.config for n, s in self._states.items()} and configured:
-                log.warning("the config file's channels differ from the store's; the store's are served "
-                            "(change them with the admin API or `tidegate admin channels`)")
-        self._spawn(self._poll(), "channel-registry")
+    def _loaded(self) -> None:
+        configured = {c.name: c for c in self._settings.channels}
+        if configured != {n: s.config for n, s in self._states.items()} and configured:
+            log.warning("the config file's channels differ from the store's; the store's are served "
+                        "(change them with the admin API or `tidegate admin channels`)")
 
-    async def stop(self) -> None:
-        for task in list(self._tasks):
+    async def _release(self) -> None:
+        for task in list(self._tasks):  # drains under way: the store is closing under them
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await self._store.close()
 
-    async def _seed_and_load(self) -> None:
+    async def _seed(self) -> None:
         settings = self._settings
         await self._store.seed({c.name: channel_record(c) for c in settings.channels},
                                {n: g.model_dump(mode="json") for n, g in settings.model_groups.items()})
-        await self.reload()
-
-    async def reload(self) -> None:
-        async with self._reloading:
-            self._apply(await self._store.snapshot())
 
     async def put_channel(self, config: Channel) -> ChannelState:
         await self._store.put_channel(config.name, channel_record(config))
@@ -116,8 +100,6 @@ class ChannelRegistry:
         log.warning("channel %s drained and removed", state.name)
 
     def _apply(self, snapshot: RoutingSnapshot) -> None:
-        if snapshot.version == self._version:
-            return
         states: dict[str, ChannelState] = {}
         for name, record in sorted(snapshot.channels.items()):
             config = _parsed(Channel, name, record)
@@ -134,19 +116,8 @@ class ChannelRegistry:
         groups = {n: g for n, r in snapshot.groups.items() if (g := _parsed(ModelGroup, n, r)) is not None}
         for gone in set(self._states) - set(states):
             self._states[gone].draining = True  # requests still holding it must not count it as a choice
-        self._states, self._version = states, snapshot.version
+        self._states = states
         self._router.update(states.values(), groups)
-
-    async def _poll(self) -> None:
-        while True:
-            await asyncio.sleep(self._poll_interval)
-            try:
-                if self._version < 0:  # the store was down at start: it may never have been seeded
-                    await self._seed_and_load()
-                elif await self._store.version() != self._version:
-                    await self.reload()
-            except Exception as exc:  # the store is briefly away: keep serving what was read last
-                log.debug("channel reload skipped: %s", type(exc).__name__)
 
     def _spawn(self, work: Any, name: str) -> None:
         task = asyncio.create_task(work, name=name)

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from config import Breaker
 from config.mcp import McpServer
-from gateway.channels.periodic import Periodic
+from gateway.channels.store_registry import StoreRegistry
 from gateway.mcp.names import every_tool
 from gateway.mcp.upstream import McpUpstream
 from quota import RecordSnapshot, RecordStore
@@ -34,36 +34,20 @@ def server_record(config: McpServer) -> dict[str, Any]:
     return config.model_dump(mode="json", exclude={"api_key_file"})
 
 
-class McpRegistry:
+class McpRegistry(StoreRegistry[RecordStore, RecordSnapshot]):
     def __init__(self, store: RecordStore, configured: list[McpServer], breaker: Breaker, set_price: SetPrice,
                  poll_interval: float = POLL_INTERVAL) -> None:
-        self._store = store
+        super().__init__(store, "MCP servers", log, "mcp-registry", poll_interval)
         self._configured = configured
         self._breaker = breaker
         self._set_price = set_price
         self._servers: dict[str, McpUpstream] = {}
-        self._version = -1  # nothing read yet: the config file's servers serve meanwhile
-        self._reloading = asyncio.Lock()  # one read applied at a time, so an older read never undoes a newer
-        self._poller = Periodic("mcp-registry", poll_interval, self._poll, wait_first=True)
         self._closing: set[asyncio.Task[None]] = set()
-        self._apply(RecordSnapshot(-1, {c.name: server_record(c) for c in configured}))
+        self._take(RecordSnapshot(-1, {c.name: server_record(c) for c in configured}))
 
     @property
     def servers(self) -> dict[str, McpUpstream]:
         return dict(self._servers)
-
-    async def start(self) -> None:
-        """Seeds the store from the config file on its first start, then serves the store's records."""
-        try:
-            await self._seed_and_load()
-        except Exception as exc:  # the store is down: serve the config file's servers until it is back
-            log.warning("cannot read MCP servers from the store (%s); serving the config file's", type(exc).__name__)
-        self._poller.start()
-
-    async def stop(self) -> None:
-        await self._poller.stop()
-        await asyncio.gather(*(s.close() for s in self._servers.values()), *self._closing, return_exceptions=True)
-        await self._store.close()
 
     async def put(self, config: McpServer) -> McpUpstream:
         if config.price_per_call is not None:
@@ -76,30 +60,17 @@ class McpRegistry:
         await self._store.delete(name)
         await self.reload()
 
-    async def reload(self) -> None:
-        async with self._reloading:
-            self._apply(await self._store.snapshot())
-
-    async def _seed_and_load(self) -> None:
+    async def _seed(self) -> None:
         configured = {c.name: server_record(c) for c in self._configured}
         if await self._store.seed(configured):
             for config in self._configured:
                 if config.price_per_call is not None:
                     await self._set_price(every_tool(config.name), config.price_per_call)
-        await self.reload()
 
-    async def _poll(self) -> None:
-        try:
-            if self._version < 0:  # the store was down at start: it may never have been seeded
-                await self._seed_and_load()
-            elif await self._store.version() != self._version:
-                await self.reload()
-        except Exception as exc:  # the store is briefly away: keep serving what was read last
-            log.debug("MCP server reload skipped: %s", type(exc).__name__)
+    async def _release(self) -> None:
+        await asyncio.gather(*(s.close() for s in self._servers.values()), *self._closing, return_exceptions=True)
 
     def _apply(self, snapshot: RecordSnapshot) -> None:
-        if snapshot.version == self._version and snapshot.version >= 0:
-            return
         servers: dict[str, McpUpstream] = {}
         for name, record in sorted(snapshot.records.items()):
             try:
@@ -117,7 +88,7 @@ class McpRegistry:
             servers[name] = upstream
         for gone in set(self._servers) - set(servers):
             self._close_later(self._servers[gone], self._servers[gone].close)
-        self._servers, self._version = servers, snapshot.version
+        self._servers = servers
 
     def _close_later(self, upstream: McpUpstream, close: Callable[[], Awaitable[None]]) -> None:
         """Closes a removed server's (or a replaced) sessions and HTTP client once its calls in flight are done."""
