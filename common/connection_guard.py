@@ -13,10 +13,11 @@ import http
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from common.corked import CorkedTransport
 from common.event_stream import ABORT
 from common.openai_errors import ApiError
 
@@ -68,6 +69,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # an answer's head and body parts leave in one send per loop turn (flow control stays on the socket's)
+        self.transport = cast(asyncio.Transport, CorkedTransport(transport, self.loop))
         self._guard = guard_of(self.app)
         self._guard.open += 1
         self._limits = self._guard.limits
