@@ -20,6 +20,7 @@ from starlette.types import Receive, Scope, Send
 
 from common import openapi
 from common.connection_guard import ConnectionGuard, ConnectionLimits
+from common.heap import settle_for_serving
 from config import GatewaySettings
 from config.admin_key import configured_admin_key
 from config.secret_files import with_channel_keys, with_metrics_token
@@ -189,8 +190,9 @@ class Gateway:
         ]
 
 
-def create_app(settings: GatewaySettings) -> Starlette:
-    """The app; the store opens and the health checks start when the server starts it (lifespan)."""
+def create_app(settings: GatewaySettings, *, worker: bool = False) -> Starlette:
+    """The app; the store opens and the health checks start when the server starts it (lifespan). A `worker`
+    process (the server's) owns its heap: its start-up objects are frozen out of garbage collection."""
     settings = with_metrics_token(with_channel_keys(settings), generate=False)  # the server made it (server.py)
     app = Starlette(exception_handlers={Exception: _internal_error, HTTPException: _routing_error})
     router = app.router = DirectRouter()
@@ -211,6 +213,8 @@ def create_app(settings: GatewaySettings) -> Starlette:
         router.routes.extend(gateway.routes())
         router.direct.update(gateway.inference())
         await gateway.start()
+        if worker:
+            settle_for_serving()  # the app and its state live as long as the process: no collection rescans them
         try:
             yield
         finally:
@@ -259,4 +263,4 @@ def create_app_from_env() -> Starlette:
     """The factory each uvicorn worker calls: settings travel from the parent in a private file."""
     settings = read_worker_settings()
     logging.basicConfig(level=settings.log_level.upper(), format="%(message)s")
-    return create_app(settings)
+    return create_app(settings, worker=True)
