@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from functools import partial
 from http import HTTPStatus
 
 import aiohttp
 import httpx
-from starlette import routing
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import Receive, Scope, Send
 
 from common import openapi
 from common.connection_guard import ConnectionGuard, ConnectionLimits
@@ -47,8 +45,7 @@ from gateway.mcp.registry import KIND as MCP_KIND
 from gateway.mcp.registry import McpRegistry
 from gateway.observe.metrics import ChannelLive, GatewayMetrics, LiveState
 from gateway.observe.tracing import setup_tracing
-from gateway.path.client_address import ClientAddressMiddleware
-from gateway.path.ip_limit import IpRateLimitMiddleware
+from gateway.path.direct_entry import Endpoint, GatewayApp
 from gateway.path.priority import PriorityPools
 from gateway.path.proxy import Proxy
 from gateway.path.upstream import UpstreamClient
@@ -64,8 +61,6 @@ from quota import (
 )
 
 OPENAPI = openapi.document("tidegate gateway", gateway=True)
-
-Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 class Gateway:
@@ -194,24 +189,20 @@ def create_app(settings: GatewaySettings, *, worker: bool = False) -> Starlette:
     """The app; the store opens and the health checks start when the server starts it (lifespan). A `worker`
     process (the server's) owns its heap: its start-up objects are frozen out of garbage collection."""
     settings = with_metrics_token(with_channel_keys(settings), generate=False)  # the server made it (server.py)
-    app = Starlette(exception_handlers={Exception: _internal_error, HTTPException: _routing_error})
-    router = app.router = DirectRouter()
+    app = GatewayApp(trusted=settings.all_trusted_proxies(), ip_limit=settings.ip_rate_limit,
+                     internal_error=_internal_error, routing_error=_routing_error)
     limits = settings.server
     # read by the server's HTTP protocol (common.connection_guard) for every connection it accepts
     guard = ConnectionGuard(ConnectionLimits(limits.header_timeout, limits.max_header_bytes, limits.max_connections))
     app.state.connection_guard = guard
-    if settings.ip_rate_limit is not None:  # before anything else, so that a flood never reaches auth
-        app.add_middleware(IpRateLimitMiddleware, settings=settings.ip_rate_limit)
-    # added last, so it runs first: every reader of scope["client"] sees the one resolved address
-    app.add_middleware(ClientAddressMiddleware, trusted=settings.all_trusted_proxies())
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         gateway = Gateway(settings, await open_store(settings), guard)
         await gateway.quota.money.seed_prices(seed_prices(settings.prices))
         app.state.gateway = gateway
-        router.routes.extend(gateway.routes())
-        router.direct.update(gateway.inference())
+        app.router.routes.extend(gateway.routes())
+        app.direct.update(gateway.inference())
         await gateway.start()
         if worker:
             settle_for_serving()  # the app and its state live as long as the process: no collection rescans them
@@ -220,28 +211,8 @@ def create_app(settings: GatewaySettings, *, worker: bool = False) -> Starlette:
         finally:
             await gateway.close()
 
-    router.lifespan_context = lifespan
+    app.router.lifespan_context = lifespan
     return app
-
-
-class DirectRouter(routing.Router):
-    """Starlette's router, where an inference request (POST to a fixed path) finds its endpoint by one lookup
-    instead of a match against every route, and runs without the per-route wrapper; what it raises reaches the
-    app's exception middleware around the router, which answers as the wrapper would have."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.direct: dict[str, Endpoint] = {}
-
-    async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            endpoint = self.direct.get(scope["path"])
-            if endpoint is not None:
-                scope.setdefault("router", self)
-                response = await endpoint(Request(scope, receive, send))
-                await response(scope, receive, send)
-                return
-        await super().app(scope, receive, send)
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:

@@ -1,6 +1,6 @@
 """The client's address, resolved once per request from the peer and `trusted_proxies`, for every reader.
 
-The IP limit, the keys' `allowed_ips` and the audit all read `scope["client"]`, which this middleware rewrites:
+The IP limit, the keys' `allowed_ips` and the audit all read `scope["client"]`, which the entry (`direct_entry.py`) rewrites:
 the peer itself, or, when the peer is a trusted proxy, the rightmost X-Forwarded-For hop that is not one (the
 leftmost entries are whatever the client chose to send). Nobody is trusted unless configured, and uvicorn's own
 proxy-header handling is off (gateway/server.py), so a local process cannot choose its address.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Sequence
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -31,19 +31,16 @@ def resolve_client(peer: str | None, forwarded_for: str | None, trusted: Sequenc
     return address
 
 
-class ClientAddressMiddleware:
-    def __init__(self, app: ASGIApp, trusted: Sequence[IpNetwork]) -> None:
-        self.app = app
-        self.trusted = list(trusted)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self.trusted and scope.get("client"):
-            host, port = scope["client"]
-            forwarded = ", ".join(v.decode("latin-1") for k, v in scope["headers"] if k == b"x-forwarded-for")
-            address = resolve_client(host, forwarded or None, self.trusted)
-            if address is not None:
-                scope = {**scope, "client": (str(address), port)}
-        await self.app(scope, receive, send)
+def with_client(scope: Scope, trusted: Sequence[IpNetwork]) -> Scope:
+    """`scope` with its client resolved: a copy when a trusted proxy forwarded it, else `scope` itself."""
+    if not trusted or not scope.get("client"):
+        return scope
+    host, port = scope["client"]
+    forwarded = ", ".join(v.decode("latin-1") for k, v in scope["headers"] if k == b"x-forwarded-for")
+    address = resolve_client(host, forwarded or None, trusted)
+    if address is None:
+        return scope
+    return {**scope, "client": (str(address), port)}
 
 
 def parse_address(text: str | None) -> IpAddress | None:

@@ -1,7 +1,8 @@
 """A fixed window of requests per minute per client address block, before authentication.
 
 It guards the auth path (key guessing, floods) at the cost of a dictionary lookup: nothing here reads the store.
-The client is `scope["client"]` as `client_address.py` resolved it from `trusted_proxies`.
+The client is `scope["client"]` as `client_address.py` resolved it from `trusted_proxies`; the entry
+(`direct_entry.py`) asks before any route runs.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import ipaddress
 import time
 from collections.abc import Callable
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import Response
+from starlette.types import Scope
 
 from config import IpRateLimit
 from gateway.errors import ApiError, retry_after_headers
@@ -46,22 +48,15 @@ class IpWindow:
         return None
 
 
-class IpRateLimitMiddleware:
-    def __init__(self, app: ASGIApp, settings: IpRateLimit) -> None:
-        self.app = app
-        self.window = IpWindow(settings)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith(GUARDED):
-            await self.app(scope, receive, send)
-            return
-        client = scope.get("client")
-        address = parse_address(client[0] if client else None)
-        wait = None if address is None else self.window.hit(self.window.block(address))
-        if wait is None:
-            await self.app(scope, receive, send)
-            return
-        error = ApiError(429, f"too many requests from this address block; retry after {wait:.0f}s",
-                         "rate_limit_exceeded", "ip_rate_limit_exceeded", None, retry_after_headers(wait))
-        await error.response()(scope, receive, send)
-
+def ip_refusal(window: IpWindow, scope: Scope) -> Response | None:
+    """Counts an HTTP request to a guarded route against its client's block: None when it fits, else the 429."""
+    if not scope["path"].startswith(GUARDED):
+        return None
+    client = scope.get("client")
+    address = parse_address(client[0] if client else None)
+    wait = None if address is None else window.hit(window.block(address))
+    if wait is None:
+        return None
+    error = ApiError(429, f"too many requests from this address block; retry after {wait:.0f}s",
+                     "rate_limit_exceeded", "ip_rate_limit_exceeded", None, retry_after_headers(wait))
+    return error.response()
