@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from common.corked import CorkedTransport
+from common.corked import FLUSH_BYTES, CorkedTransport
 
 
 class Sink(asyncio.Protocol):
@@ -94,3 +94,12 @@ async def test_the_rest_is_the_wrapped_transports(pair: Pair) -> None:
     assert not pair.corked.is_reading()
     pair.corked.resume_reading()
     assert pair.corked.is_reading()
+
+
+async def test_a_large_write_goes_on_at_once_and_meets_flow_control(pair: Pair) -> None:
+    pair.corked.write(b"head")
+    big = b"x" * FLUSH_BYTES
+    pair.corked.write(big)
+    assert pair.corked.get_write_buffer_size() == pair.raw.get_write_buffer_size()  # nothing held back
+    pair.corked.write(b"tail")
+    assert await received(pair.sink, len(big) + 8) == b"head" + big + b"tail"
