@@ -15,9 +15,9 @@ from backend.engine.choices import MAX_CHOICES
 from backend.engine.sampling_params import SamplingParams
 from backend.engine.structured_output import Constraint
 from backend.server.api_errors import invalid, unsupported
-from backend.server.body_fields import bool_field, int_field, str_or_none, utf8
-from backend.server.constraints import parse_constraint
-from backend.server.sampling_fields import read_sampling, sampling_params
+from backend.server.fields.body import bool_field, int_field, str_or_none, utf8
+from backend.server.fields.constraints import parse_constraint
+from backend.server.fields.sampling import read_sampling, sampling_params
 from backend.server.tools import ToolRequest, chat_message, parse_tools
 from common.request_body import decode_json
 

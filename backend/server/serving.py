@@ -27,7 +27,7 @@ from backend.engine.structured_output import (
     TenantCompilesBusy,
 )
 from backend.server.api_errors import ApiError, internal, invalid, model_not_found, unavailable
-from backend.server.gateway_fields import check_gateway_fields
+from backend.server.fields.gateway import check_gateway_fields
 from backend.server.logprobs import LogprobsFormatter
 from backend.server.protocol import (
     Endpoint,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from backend.engine.structured_output import Constraint, ConstraintKind
 from backend.server.api_errors import invalid
-from backend.server.constraints import json_schema_constraint
+from backend.server.fields.constraints import json_schema_constraint
 
 if TYPE_CHECKING:
     from backend.loading.tokenizer import Tokenizer

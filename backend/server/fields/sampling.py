@@ -8,7 +8,7 @@ from typing import Any
 
 from backend.engine.sampling_params import MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS, SamplingParams
 from backend.server.api_errors import invalid
-from backend.server.body_fields import bool_field, float_field, int_field, int_list, utf8
+from backend.server.fields.body import bool_field, float_field, int_field, int_list, utf8
 
 
 def read_sampling(body: dict[str, Any], chat: bool) -> dict[str, Any]:
