@@ -12,9 +12,9 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from tests.backend.backend_process import BackendProcess
+from tests.gateway.admin.test_console import CHROMIUM, CHROMIUM_ARGS, sign_in
 from tests.gateway.batch.helpers import TERMINAL, chat_lines, jsonl
 from tests.gateway.live_stack import ADMIN_KEY, LiveStack, live_stack
-from tests.gateway.test_console import CHROMIUM, CHROMIUM_ARGS, sign_in
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium")

@@ -187,7 +187,7 @@ def test_the_admin_cli_creates_lists_and_revokes_admin_keys_rotates_keys_and_rea
 
 
 def test_the_route_table_in_the_docs_matches_the_one_the_gateway_enforces() -> None:
-    doc = (Path(__file__).parents[2] / "docs" / "admin.md").read_text()
+    doc = (Path(__file__).parents[3] / "docs" / "admin.md").read_text()
     rows = {line.split("|")[1].strip(" `"): [c.strip() for c in line.split("|")[2:6]]
             for line in doc.splitlines() if line.startswith("| `") and "/admin" in line}
     for (method, path), rule in RULES.items():
