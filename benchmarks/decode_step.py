@@ -1,6 +1,7 @@
 """Time of one engine-shaped decode step of the model, alone: B sequences, each C tokens of context.
 
     .venv/bin/python -m benchmarks.decode_step --batch 1,8,32 --context 320 --threads 2 [--prefill 256]
+        [--model ~/.cache/tidegate/real-shapes/llama3.2-1b/Q4_K_M.gguf --quantization auto]
 
 The model runs its forward and logits over a paged cache with each sequence's blocks scattered through the
 pool (or, with `--consecutive`, in order, as a fresh pool hands them out), as the runner does, with fresh metadata and one attention plan per step. Reports the median step, the
@@ -22,6 +23,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -175,6 +177,8 @@ def main() -> None:
                         help="print the top torch ops of three steps, and the torch calls a step makes")
     parser.add_argument("--profile-rows", type=int, default=8, help="how many ops --profile lists")
     parser.add_argument("--quantization", default="none", choices=["auto", "none", "int8", "int4"])
+    parser.add_argument("--model", type=Path, default=None,
+                        help="a GGUF file or HF folder (default: SmolLM2), e.g. a benchmarks.real_shapes file")
     parser.add_argument("--prefill", default="", help="also time one sequence's prefill step of these prompt lengths")
     parser.add_argument("--verify", default="0",
                         help="draft tokens each sequence verifies (0: a plain decode); a comma-separated list for several")
@@ -182,7 +186,7 @@ def main() -> None:
                         help="also time steps with torch's row-wise ops, alternating with the model's own")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    model = load_model(pull("smollm2", quiet=True), quantization=args.quantization).model
+    model = load_model(args.model or pull("smollm2", quiet=True), quantization=args.quantization).model
     batches = [int(b) for b in args.batch.split(",")]
     drafts = [int(k) for k in args.verify.split(",")]
     results: dict[tuple[int, int], tuple[tuple[float, float], tuple[float, float]]] = {}

@@ -80,18 +80,6 @@ void integer_rows_scalar(const Matrix& w, const QuantizedRows& x, int64_t rows, 
 #if defined(__x86_64__)
 namespace {
 
-AVX2_TARGET inline float hmax(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
-}
-
-AVX2_TARGET inline int hsum_epi32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-  return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 1)));
-}
-
 AVX2_TARGET inline __m128i load16(const void* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
 
 // Widened weights (two values of each of 8 rows, side by side) times the activation pair at xq, broadcast: a
@@ -189,19 +177,12 @@ AVX2_TARGET inline void store_packed(const __m256i q[4], int16_t* out) {
 }  // namespace
 
 AVX2_TARGET void quantize_rows_avx2(const float* x, int64_t rows, int64_t in, float levels, const QuantizedRows& out) {
-  const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t b = 0; b < in / kBlock; ++b) {
-      const float* v = x + r * in + b * kBlock;
       __m256 f[4];
-      for (int i = 0; i < 4; ++i) f[i] = _mm256_loadu_ps(v + 8 * i);
-      const __m256 a = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, f[0]), _mm256_andnot_ps(sign, f[1])),
-                                     _mm256_max_ps(_mm256_andnot_ps(sign, f[2]), _mm256_andnot_ps(sign, f[3])));
-      const float amax = hmax(a);
-      const __m256 id = _mm256_set1_ps(amax >= kSmallestBlock ? levels / amax : 0.0f);
+      const float amax = load_block_amax(x + r * in + b * kBlock, f);
       __m256i q[4];
-      for (int i = 0; i < 4; ++i)
-        q[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(f[i], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      round_block(f, amax >= kSmallestBlock ? levels / amax : 0.0f, q);
       const int sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
       store_packed(q, out.q + r * in + b * kBlock);
       const int64_t i = r * (in / kBlock) + b;

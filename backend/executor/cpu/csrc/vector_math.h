@@ -73,6 +73,33 @@ AVX2_TARGET inline float hsum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
 }
 
+AVX2_TARGET inline float hmax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+}
+
+AVX2_TARGET inline int hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 1)));
+}
+
+// The 32 values at v loaded into f, and their largest magnitude: an activation block about to be quantized.
+AVX2_TARGET inline float load_block_amax(const float* v, __m256 f[4]) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int i = 0; i < 4; ++i) f[i] = _mm256_loadu_ps(v + 8 * i);
+  return hmax(_mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, f[0]), _mm256_andnot_ps(sign, f[1])),
+                            _mm256_max_ps(_mm256_andnot_ps(sign, f[2]), _mm256_andnot_ps(sign, f[3]))));
+}
+
+// The block's values times id, rounded to nearest even (as std::nearbyint in the default mode), as int32.
+AVX2_TARGET inline void round_block(const __m256 f[4], float id, __m256i q[4]) {
+  const __m256 scale = _mm256_set1_ps(id);
+  for (int i = 0; i < 4; ++i)
+    q[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(f[i], scale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
 // exp(x) for x <= 0 (scores minus their maximum): Cephes' degree-5 polynomial after a 2^n range reduction,
 // within 2 ulp of std::exp; underflows to 0 below -87, as softmax needs.
 AVX2_TARGET inline __m256 exp_nonpositive_avx2(__m256 x) {

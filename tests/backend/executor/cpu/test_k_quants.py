@@ -139,14 +139,16 @@ def test_decode_rows_at_16_bits_are_256_times_closer(kind: str, rows: int, isa: 
 
 @needs_kernel
 @pytest.mark.parametrize("kind", K_KINDS)
-def test_every_path_computes_the_same_integers(kind: str) -> None:
-    """Scalar, AVX2 and AVX-512 sum the same integer dot products: equal up to float32 summation order."""
+@pytest.mark.parametrize(("rows", "activations"), [(40, "int16"), (1, "int16"), (5, "int16"), (3, "int8")])
+def test_every_path_computes_the_same_integers(kind: str, rows: int, activations: str) -> None:
+    """Scalar, AVX2 and AVX-512 quantize the activations to the same integers (decode rows at 16 bits split in two
+    int8 rows, or at 8 bits) and sum the same integer dot products: equal up to float32 summation order."""
     assert kernel is not None
     best = kernel.k_isa().split("-")[0]
     weight = _random_bytes(kind, rows=41)
-    packed = from_k_blocks(weight, kernel)
+    packed = from_k_blocks(weight, kernel, activations)
     # 40 rows: AVX-512 takes its two-groups-a-vector path (decode rows take the 256-bit one)
-    x = torch.randn(40, weight.shape[1], generator=torch.Generator().manual_seed(7))
+    x = torch.randn(rows, weight.shape[1], generator=torch.Generator().manual_seed(7))
     outs = []
     for isa in ISAS[: ISAS.index(best) + 1]:
         kernel.set_k_isa(isa)
