@@ -1,6 +1,6 @@
 """Time of one engine-shaped decode step of the model, alone: B sequences, each C tokens of context.
 
-    .venv/bin/python -m benchmarks.decode_step --batch 1,8,32 --context 320 --threads 2 [--prefill 256]
+    .venv/bin/python -m benchmarks.backend.decode_step --batch 1,8,32 --context 320 --threads 2 [--prefill 256]
 
 The model runs its forward and logits over a paged cache with each sequence's blocks scattered through the
 pool (or, with `--consecutive`, in order, as a fresh pool hands them out), as the runner does, with fresh metadata and one attention plan per step. Reports the median step, the
