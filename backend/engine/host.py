@@ -77,7 +77,7 @@ def in_passing_thread(build: Callable[[], T]) -> T:
     libgomp keeps a pool of worker threads for every thread that has run a parallel region, and once the
     pools together hold more threads than there are cores it stops its workers spinning between regions. A
     step loop in its own thread next to a caller that loaded the model then ran about 1.6 times slower per step
-    (docs/benchmarks.md, `benchmarks.decode_step --thread`). A finished thread's pool goes with it.
+    (docs/benchmarks.md, `benchmarks.backend.decode_step --thread`). A finished thread's pool goes with it.
     """
     box: list[T] = []
     errors: list[BaseException] = []

@@ -1,7 +1,7 @@
 """Structured output: constraints compiled to token grammars (xgrammar), cached, and matched per sequence.
 
 xgrammar over llguidance because its per-step mask fill is cheaper on this vocabulary (docs/benchmarks.md,
-`benchmarks.grammar_mask`); both share the packed int32 bitmask that `backend.executor.sample.token_mask` applies.
+`benchmarks.backend.grammar_mask`); both share the packed int32 bitmask that `backend.executor.sample.token_mask` applies.
 Compiling runs in child processes killed at a hard deadline (grammar_worker.py), never on the step loop, and
 each constraint is compiled once per tenant: a bounded LRU keyed by the tenant and a digest of kind and source.
 """

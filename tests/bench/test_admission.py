@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.admission import main
+from benchmarks.gateway.admission import main
 
 
 def test_admission_bench_reports_one_script_call_per_redis_admission(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""benchmarks/decode_step.py on the real model at tiny sizes: it times a step and the products, wall and CPU,
+"""benchmarks/backend/decode_step.py on the real model at tiny sizes: it times a step and the products, wall and CPU,
 for each batch asked, in either thread, over scattered or consecutive blocks."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from backend.loading.loader import LoadedModel
-from benchmarks import decode_step
+from benchmarks.backend import decode_step
 
 
 @pytest.mark.parametrize("where", [[], ["--thread", "--consecutive"]])

@@ -1,4 +1,4 @@
-"""benchmarks/offline.py end to end on the real model, tiny sizes: both sides run and the table
+"""benchmarks/backend/offline.py end to end on the real model, tiny sizes: both sides run and the table
 compares them."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import transformers
 
 from backend.engine.core import Engine
 from backend.loading.loader import LoadedModel
-from benchmarks import offline
+from benchmarks.backend import offline
 
 
 def test_fixed_scenario_reports_both_sides(

@@ -1,4 +1,4 @@
-"""benchmarks/serving_loop.py's parts that need no server: per-thread CPU from /proc, and the report."""
+"""benchmarks/backend/serving_loop.py's parts that need no server: per-thread CPU from /proc, and the report."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from benchmarks.serving_loop import Run, report, thread_cpu
+from benchmarks.backend.serving_loop import Run, report, thread_cpu
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

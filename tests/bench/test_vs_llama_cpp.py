@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.vs_llama_cpp import (
+from benchmarks.backend.vs_llama_cpp import (
     bench_command,
     failed_runs,
     memory_table,
@@ -56,7 +56,7 @@ def test_tidegate_alone_has_dashes_for_llama_cpp() -> None:
 
 
 def test_help_runs_without_llama_server() -> None:
-    out = subprocess.run([sys.executable, "-m", "benchmarks.vs_llama_cpp", "--help"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "benchmarks.backend.vs_llama_cpp", "--help"], capture_output=True,
                          text=True, check=True, cwd=Path(__file__).resolve().parents[2]).stdout
     assert "--llama-server" in out and "--workloads" in out
 

@@ -15,9 +15,9 @@ from tests.servers import free_port, wait_for_port
 
 @contextmanager
 def instant_upstream(workdir: Path, chunks: int = 20) -> Iterator[str]:
-    """`benchmarks.instant_upstream` as a process: answers at once, so the gateway is all that is measured."""
+    """`benchmarks.gateway.instant_upstream` as a process: answers at once, so the gateway is all that is measured."""
     port = free_port()
-    upstream = Process([sys.executable, "-m", "benchmarks.instant_upstream", "--port", str(port), "--chunks",
+    upstream = Process([sys.executable, "-m", "benchmarks.gateway.instant_upstream", "--port", str(port), "--chunks",
                         str(chunks)], workdir / "upstream.log", port)
     with upstream.log_path.open("ab") as log:
         upstream.proc = subprocess.Popen(upstream.argv, stdout=log, stderr=subprocess.STDOUT)

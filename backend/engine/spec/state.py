@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 DRAFT_MODEL = 0  # the source key of a draft model's proposals (prompt lookup's are the match length, 1 to 4)
 # What one more query row adds to a one-token decode step on CPU, as a share of that step: SmolLM2-135M on two
 # cores, 6.0 ms for one row and 1.0 to 2.7 ms (0.17 to 0.45 of it, 0.3 on average) for each further one up to 7
-# (`benchmarks.decode_step --verify`, docs/benchmarks.md).
+# (`benchmarks.backend.decode_step --verify`, docs/benchmarks.md).
 ROW_COST = 0.25
 PRIOR = 0.6  # per-token acceptance assumed for a source of drafts not seen yet: two draft tokens
 EWMA_WEIGHT = 0.3  # of the newest verification's per-token acceptance

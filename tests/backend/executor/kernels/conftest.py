@@ -60,7 +60,7 @@ def _interpreter_ready() -> None:
 
 @pytest.fixture
 def device() -> torch.device:
-    """Where the kernels run: CPU (interpreted) in CI, CUDA in benchmarks/gpu_check.sh."""
+    """Where the kernels run: CPU (interpreted) in CI, CUDA in benchmarks/gpu/check.sh."""
     return torch.device(DEVICE)
 
 

@@ -22,7 +22,7 @@ from backend.executor.attention.triton_attention import TritonAttention
 from backend.executor.model.ops import ModelOps, ops_for, triton_ops
 from backend.loading.loader import LoadedModel, load_model
 
-# On a GPU (benchmarks/gpu_check.sh) the engine is exercised by the throughput phase instead.
+# On a GPU (benchmarks/gpu/check.sh) the engine is exercised by the throughput phase instead.
 pytestmark = pytest.mark.skipif(
     os.environ.get("TIDEGATE_KERNEL_DEVICE", "cpu") != "cpu", reason="runs the CPU engine under the interpreter"
 )

@@ -1,4 +1,4 @@
-"""The parts of benchmarks/gpu_check.sh that run without a GPU: the workload and the joined report."""
+"""The parts of benchmarks/gpu/check.sh that run without a GPU: the workload and the joined report."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import gpu_check
-from benchmarks.gpu_throughput import nano_vllm_workload
+from benchmarks.gpu import check as gpu_check
+from benchmarks.gpu.throughput import nano_vllm_workload
 
 
 def test_nano_vllm_workload_is_reproducible_and_in_range() -> None:

@@ -1,6 +1,6 @@
 """Random-weight models in the real shapes of the models users run, as HF folders and GGUF files, cached.
 
-    python -m benchmarks.real_shapes qwen2.5-0.5b [--cache DIR] [--llama-quantize PATH]
+    python -m benchmarks.backend.real_shapes qwen2.5-0.5b [--cache DIR] [--llama-quantize PATH]
 
 Each shape is its model's real `config.json` (hidden size, layers, heads, vocabulary, RoPE); the weights are
 random (normal, std 0.02; norms 1) and the tokenizer is SmolLM2's, from the default model, padded to the

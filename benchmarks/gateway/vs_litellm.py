@@ -5,7 +5,7 @@ the median latency at concurrency 1, from which the instant upstream's own media
 same run) is subtracted to give the latency each proxy adds. tidegate runs with auth, Redis admission,
 routing and a usage write on every request; LiteLLM with a master key and no database.
 
-    python -m benchmarks.gateway --duration 10 --litellm LITELLM --workers 1,2 --json out.json
+    python -m benchmarks.gateway.vs_litellm --duration 10 --litellm LITELLM --workers 1,2 --json out.json
 
 where LITELLM is the `litellm` executable of a separate virtual environment (`python -m venv VENV &&
 VENV/bin/pip install 'litellm[proxy]==1.108.7'` gives VENV/bin/litellm); without --litellm only tidegate runs.
@@ -82,7 +82,7 @@ def start_upstream_and_redis(stack: Stack) -> tuple[str, str, subprocess.Popen[b
     """The instant upstream, once healthy, and an empty Redis: the upstream's URL, Redis's URL without a database,
     and the upstream's process."""
     upstream_port, redis_port = free_port(), free_port()
-    instant = stack.spawn([sys.executable, "-m", "benchmarks.instant_upstream", "--port", str(upstream_port)])
+    instant = stack.spawn([sys.executable, "-m", "benchmarks.gateway.instant_upstream", "--port", str(upstream_port)])
     stack.spawn(["redis-server", "--port", str(redis_port), "--save", "", "--appendonly", "no"])
     upstream = f"http://127.0.0.1:{upstream_port}"
     wait_for_health(upstream + "/health", 120, instant)
@@ -195,7 +195,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args()
     if shutil.which("wrk") is None or shutil.which("redis-server") is None:
-        sys.exit("benchmarks.gateway needs wrk and redis-server on PATH")
+        sys.exit("benchmarks.gateway.vs_litellm needs wrk and redis-server on PATH")
     with tempfile.TemporaryDirectory(prefix="tidegate-bench-") as tmp:
         workdir = Path(tmp)
         stack = Stack(workdir)

@@ -6,7 +6,7 @@ The tool server is the tests' SDK server (`tests/gateway/mcp/tool_server.py`, it
 with the embedded store and one worker; each of the `--concurrency` clients is the official MCP client holding one
 session and calling in a loop. Everything shares the machine: read the difference within one run.
 
-    .venv/bin/python -m benchmarks.mcp_overhead --concurrency 32 --calls 1600
+    .venv/bin/python -m benchmarks.gateway.mcp_overhead --concurrency 32 --calls 1600
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ machine falls on both; each run gets a fresh gateway, and the batch of a run is 
 dispatcher's TTFT threshold is `--yield-ttft` seconds, by default the first alone run's P95 (the realtime SLO
 is "as if no batch ran").
 
-    python -m benchmarks.batch_drain --rounds 1 --rate 1 --duration 45 --json out.json
+    python -m benchmarks.gateway.batch_drain --rounds 1 --rate 1 --duration 45 --json out.json
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import yaml
 
-from benchmarks.gateway import Stack, free_port
+from benchmarks.gateway.vs_litellm import Stack, free_port
 from tidegate.stack.processes import wait_for_health
 
 ADMIN_KEY = secrets.token_urlsafe(32)  # a fresh one per run: the gateway refuses short or published keys

@@ -1,7 +1,7 @@
 """Where one stream's time goes in `tidegate backend`: its output tokens/s and TPOT through `tidegate bench`, and
 the CPU time each of the backend's threads spends per generated token.
 
-    python -m benchmarks.serving_loop [--threads 2] [--runs 3] [--backend-args "--speculative none"]
+    python -m benchmarks.backend.serving_loop [--threads 2] [--runs 3] [--backend-args "--speculative none"]
 
 One backend, then `--runs` closed-loop runs at concurrency 1 (256 prompt tokens, 128 output tokens,
 `ignore_eos`, 8 requests after one warm-up, each run with its own prompts). Around each run it reads every
@@ -23,8 +23,8 @@ import tempfile
 from pathlib import Path
 
 from backend.loading.model_cache import resolve
-from benchmarks.gateway import Stack
-from benchmarks.vs_llama_cpp import OUTPUT_LEN, bench, start_tidegate
+from benchmarks.backend.vs_llama_cpp import OUTPUT_LEN, bench, start_tidegate
+from benchmarks.gateway.vs_litellm import Stack
 
 
 @dataclasses.dataclass(slots=True)

@@ -1,6 +1,6 @@
 """Which sampling defaults answer the default model's factual questions correctly most often.
 
-    PYTHONPATH=. .venv/bin/python -m benchmarks.generation_defaults --seeds 5
+    PYTHONPATH=. .venv/bin/python -m benchmarks.backend.generation_defaults --seeds 5
 
 Runs every question of bench/data/factual_questions.jsonl through the chat template and the real engine at
 each setting (none hotter than the model authors' temperature 0.2 / top_p 0.9), `--seeds` times for the sampled
@@ -23,7 +23,7 @@ from backend.engine.core import Engine, EngineConfig
 from backend.engine.sampling_params import SamplingParams
 from backend.loading.model_cache import pull
 
-QUESTIONS = Path(__file__).parents[1] / "bench" / "data" / "factual_questions.jsonl"
+QUESTIONS = Path(__file__).parents[2] / "bench" / "data" / "factual_questions.jsonl"
 SETTINGS: list[dict[str, Any]] = [
     {"temperature": 0.0},
     {"temperature": 0.1, "top_p": 0.9},

@@ -7,7 +7,7 @@ reports the client's CPU time per admission and, for Redis, the server's CPU tim
 commands per admission (from INFO), next to a baseline measured in the same run: an empty async call
 in-process, and a one-line Lua script through the same batched connection against Redis.
 
-    .venv/bin/python -m benchmarks.admission --admissions 20000 --concurrency 256
+    .venv/bin/python -m benchmarks.gateway.admission --admissions 20000 --concurrency 256
 """
 
 from __future__ import annotations

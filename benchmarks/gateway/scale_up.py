@@ -1,7 +1,7 @@
 """How fast `tidegate up --replicas 1:2` follows a load step: from the step to the autoscaler's decision, to the
 new replica healthy (model load and warm-up included) and registered, to its first request served.
 
-    .venv/bin/python -m benchmarks.scale_up --clients 4 --rounds 2
+    .venv/bin/python -m benchmarks.gateway.scale_up --clients 4 --rounds 2
 
 Each round starts from one replica, steps from no load to `--clients` closed-loop clients, waits until the new
 replica has served a request, then stops the load and waits until the replica is drained and stopped. Each

@@ -2,7 +2,7 @@
 
 A raw asyncio HTTP/1.1 server (keep-alive, no framework) so that it costs far less than the proxies it
 serves: a fixed chat completion, or a stream of `--chunks` content chunks, a usage chunk and `[DONE]`.
-Run: `python -m benchmarks.instant_upstream --port 9100 [--chunks 20]`.
+Run: `python -m benchmarks.gateway.instant_upstream --port 9100 [--chunks 20]`.
 """
 
 from __future__ import annotations

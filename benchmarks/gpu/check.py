@@ -1,8 +1,8 @@
-"""Phases of benchmarks/gpu_check.sh, each run in its own process (so a hung phase cannot eat the others' time),
+"""Phases of benchmarks/gpu/check.sh, each run in its own process (so a hung phase cannot eat the others' time),
 and the report that joins their JSON files into one table and one JSON document.
 
-    python -m benchmarks.gpu_check kernels|micro|decode|throughput --out DIR
-    python -m benchmarks.gpu_check report --out DIR --json FILE
+    python -m benchmarks.gpu.check kernels|micro|decode|throughput --out DIR
+    python -m benchmarks.gpu.check report --out DIR --json FILE
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def _kernels() -> dict:
 def _micro() -> dict:
     import torch
 
-    from benchmarks import gpu_fusions
-    from benchmarks.gpu_timing import copy_bandwidth_gbps
+    from benchmarks.gpu import fusions as gpu_fusions
+    from benchmarks.gpu.timing import copy_bandwidth_gbps
 
     return {
         "device": torch.cuda.get_device_name(),
@@ -57,7 +57,7 @@ def _micro() -> dict:
 
 
 def _decode(out: Path) -> dict:
-    from benchmarks import gpu_decode
+    from benchmarks.gpu import decode as gpu_decode
 
     micro = out / "micro.json"
     copy = json.loads(micro.read_text()).get("copy_gbps") if micro.exists() else None
@@ -65,7 +65,7 @@ def _decode(out: Path) -> dict:
 
 
 def _throughput(model: Path) -> dict:
-    from benchmarks import gpu_throughput
+    from benchmarks.gpu import throughput as gpu_throughput
 
     if not model.exists():
         return {"skipped": f"model not found at {model}; pass --model or set TIDEGATE_GPU_CHECK_MODEL"}
@@ -132,7 +132,7 @@ def _table(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_check")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu.check")
     parser.add_argument("phase", choices=(*PHASES, "report"))
     parser.add_argument("--out", type=Path, required=True, help="folder for each phase's JSON")
     parser.add_argument("--json", type=Path, help="report: where to write the joined JSON")

@@ -1,6 +1,6 @@
 """Time of one engine-shaped decode step of the model, alone: B sequences, each C tokens of context.
 
-    .venv/bin/python -m benchmarks.decode_step --batch 1,8,32 --context 320 --threads 2 [--prefill 256]
+    .venv/bin/python -m benchmarks.backend.decode_step --batch 1,8,32 --context 320 --threads 2 [--prefill 256]
         [--model ~/.cache/tidegate/real-shapes/llama3.2-1b/Q4_K_M.gguf --quantization auto]
 
 The model runs its forward and logits over a paged cache with each sequence's blocks scattered through the
@@ -178,7 +178,7 @@ def main() -> None:
     parser.add_argument("--profile-rows", type=int, default=8, help="how many ops --profile lists")
     parser.add_argument("--quantization", default="none", choices=["auto", "none", "int8", "int4"])
     parser.add_argument("--model", type=Path, default=None,
-                        help="a GGUF file or HF folder (default: SmolLM2), e.g. a benchmarks.real_shapes file")
+                        help="a GGUF file or HF folder (default: SmolLM2), e.g. a benchmarks.backend.real_shapes file")
     parser.add_argument("--prefill", default="", help="also time one sequence's prefill step of these prompt lengths")
     parser.add_argument("--verify", default="0",
                         help="draft tokens each sequence verifies (0: a plain decode); a comma-separated list for several")

@@ -1,11 +1,11 @@
 """`tidegate backend` against llama.cpp's `llama-server` on the same GGUF file, through `tidegate bench`.
 
-    python -m benchmarks.vs_llama_cpp [--llama-server PATH] [--model smollm2] [--threads 2]
+    python -m benchmarks.backend.vs_llama_cpp [--llama-server PATH] [--model smollm2] [--threads 2]
         [--concurrency 1,8,32] [--backend-args "--quantization none"] [--workloads random,realistic] [--json out.json]
         [--shapes qwen2.5-0.5b,llama3.2-1b [--llama-quantize PATH]] [--speculative off,on]
 
 Without --llama-server only tidegate runs (for a before/after of tidegate alone). With --shapes, each named real
-shape (benchmarks/real_shapes.py: random weights in Qwen2.5-0.5B's or Llama-3.2-1B's real config) is served in
+shape (benchmarks/backend/real_shapes.py: random weights in Qwen2.5-0.5B's or Llama-3.2-1B's real config) is served in
 turn instead of --model, as a Q4_K_M file: llama.cpp's own quantizer makes it when --llama-quantize is given (the
 same file serves both servers), else the converter's Q4_K_M recipe. --speculative runs tidegate once per setting
 (`off` is `--speculative none`, `on` the default n-gram prompt lookup); llama.cpp runs once, without speculation
@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from backend.loading.model_cache import resolve
-from benchmarks.gateway import Stack, free_port
-from benchmarks.real_shapes import CACHE, SHAPES, q4_k_m_file
+from benchmarks.backend.real_shapes import CACHE, SHAPES, q4_k_m_file
+from benchmarks.gateway.vs_litellm import Stack, free_port
 from tidegate.stack.processes import wait_for_health
 
 SLOTS = 32

@@ -1,12 +1,12 @@
 """Decode-step time and resident weight size of one model shape with its matrices in each GGUF type.
 
-    .venv/bin/python -m benchmarks.k_quant_decode [--layers 8 --hidden 1024 --intermediate 4864] [--threads 1]
+    .venv/bin/python -m benchmarks.backend.k_quant_decode [--layers 8 --hidden 1024 --intermediate 4864] [--threads 1]
 
 Builds a Llama-shaped model with random weights (the matrices' bytes random with fixed finite scales: a product
 costs the same whatever the values), once per type: float32 (packed for oneDNN as `none` runs it), Q4_1 (the
 32-value block kernel) and Q4_K, Q5_K, Q6_K (the K-quant kernel), all under `--quantization auto`. Reports the
 median milliseconds of a batch-1 decode step (the model's forward and logits over a paged cache, as
-benchmarks/decode_step.py runs it) and the MiB the layers' matrices hold. The hidden size must be a multiple of
+benchmarks/backend/decode_step.py runs it) and the MiB the layers' matrices hold. The hidden size must be a multiple of
 256 for the K-quants: Qwen2.5-0.5B's 896 is not (llama.cpp writes those matrices in other types), so the default
 is 1024 beside its intermediate 4864. The vocabulary is small (float32, tied, the same for every type), so the figures
 are the layers'.
@@ -26,7 +26,7 @@ from backend.executor.model.config import ModelConfig
 from backend.executor.model.layer import DecoderLayer
 from backend.executor.model.model import LlamaModel
 from backend.executor.model.quantized_linear import StackedWeight
-from benchmarks.decode_step import median_ms, step_fn
+from benchmarks.backend.decode_step import median_ms, step_fn
 
 TYPES = ("float32", "Q4_1", "Q4_K", "Q5_K", "Q6_K")
 # Where each type keeps its float16 scales (byte offsets in a block): finite values, so no product meets NaN.

@@ -6,7 +6,7 @@ modes run interleaved (A/B/A/B) so that a neighbour's load on a shared machine f
 accounts and new prompts, so no run finds another's prefixes in the replicas' caches. A last run sends the same
 workload at a third of the load through a single replica: the cached share of prompt tokens routing cannot lose.
 
-    python -m benchmarks.prefix_routing --rounds 2 --concurrency 12 --json out.json
+    python -m benchmarks.gateway.prefix_routing --rounds 2 --concurrency 12 --json out.json
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from bench.client import Target
 from bench.loadgen import LoadGenerator, LoadProfile, RunResult
 from bench.tokenizer import PromptTokenizer, load_tokenizer
 from bench.workloads import Conversation, Workload, WorkloadSpec
-from benchmarks.gateway import Stack, free_port
+from benchmarks.gateway.vs_litellm import Stack, free_port
 from tidegate.stack.processes import wait_for_health
 
 ADMIN_KEY = secrets.token_urlsafe(32)  # a fresh one per run: the gateway refuses short or published keys

@@ -10,8 +10,8 @@ import torch
 from backend.executor import kernels
 from backend.executor.cpu import elementwise
 from backend.executor.model import rotary
-from benchmarks.gpu_decode import LLAMA3_8B
-from benchmarks.gpu_timing import cuda_time_ms
+from benchmarks.gpu.decode import LLAMA3_8B
+from benchmarks.gpu.timing import cuda_time_ms
 
 
 def _pair(torch_fn: Callable[[], object], fused_fn: Callable[[], object]) -> tuple[float, float]:

@@ -5,7 +5,7 @@ Replays the tokens of one valid JSON document through B matchers of the same sch
 default model's vocabulary, and reports the mean per step of the mask fill, of the apply
 (`backend.executor.sample.token_mask.apply_token_constraints`) and of the accept, in CPU time on one torch thread.
 
-    .venv/bin/python -m benchmarks.grammar_mask [--steps-repeat 5]
+    .venv/bin/python -m benchmarks.backend.grammar_mask [--steps-repeat 5]
 """
 
 from __future__ import annotations

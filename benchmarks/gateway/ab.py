@@ -6,7 +6,7 @@ side by side on one Redis (a database each) and take turns, A B then B A, so tha
 weighs on both; the figure to read is the ratio B / A of each round, and its median.
 
     git worktree add --detach /tmp/base main
-    python -m benchmarks.gateway_ab --base /tmp/base --head . --rounds 4 --duration 6 --workers 1,2
+    python -m benchmarks.gateway.ab --base /tmp/base --head . --rounds 4 --duration 6 --workers 1,2
 
 Run it from the head tree's root. Each tree runs with its own packages (its gateway starts in that tree).
 """
@@ -24,7 +24,14 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from benchmarks.gateway import Figure, Stack, cpu_seconds, start_tidegate, start_upstream_and_redis, wrk
+from benchmarks.gateway.vs_litellm import (
+    Figure,
+    Stack,
+    cpu_seconds,
+    start_tidegate,
+    start_upstream_and_redis,
+    wrk,
+)
 
 CONCURRENCY = 32
 
@@ -115,7 +122,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write every round here")
     args = parser.parse_args()
     if shutil.which("wrk") is None or shutil.which("redis-server") is None:
-        sys.exit("benchmarks.gateway_ab needs wrk and redis-server on PATH")
+        sys.exit("benchmarks.gateway.ab needs wrk and redis-server on PATH")
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     results = run(args.base.resolve(), args.head.resolve(), [int(w) for w in args.workers.split(",")], args.rounds,
                   args.duration)

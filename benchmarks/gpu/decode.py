@@ -21,7 +21,7 @@ from backend.executor.cuda_graphs import DecodeGraphs
 from backend.executor.model.config import ModelConfig
 from backend.executor.model.model import LlamaModel
 from backend.executor.model.ops import ModelOps, triton_ops
-from benchmarks.gpu_timing import cuda_time_ms
+from benchmarks.gpu.timing import cuda_time_ms
 
 LLAMA3_8B = ModelConfig(
     architecture="llama",

@@ -5,7 +5,7 @@ one upstream attempt with traceparent injection, usage, end) in a tight loop and
 (not wall time, so other work on the machine does not inflate it); spans go through the batch processor to an
 in-memory exporter (no I/O) when tracing is on.
 
-    .venv/bin/python -m benchmarks.tracing_overhead --requests 100000
+    .venv/bin/python -m benchmarks.gateway.tracing_overhead --requests 100000
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Where a burst's prefill time goes: N prompts arriving at once, against the engine with the default model.
 
-    .venv/bin/python -m benchmarks.prefill_burst [--num-requests 32] [--input-len 256] [--output-len 128]
+    .venv/bin/python -m benchmarks.backend.prefill_burst [--num-requests 32] [--input-len 256] [--output-len 128]
         [--threads 2] [--max-num-batched-tokens 1024] [--repeats 5]
 
 First one prompt alone, `--repeats` times: the ms of its prefill step (the whole step, and the block kernel's

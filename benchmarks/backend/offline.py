@@ -1,6 +1,6 @@
 """Offline engine benchmark against transformers' static batching, on the same GGUF model and threads.
 
-    .venv/bin/python -m benchmarks.offline --scenario all --threads 2
+    .venv/bin/python -m benchmarks.backend.offline --scenario all --threads 2
 
 Scenarios: `fixed` (N requests of fixed input/output lengths, all submitted at once; transformers runs them
 as one static batch), `mixed` (128 requests, input 32..512, output 16..256; transformers runs them in arrival

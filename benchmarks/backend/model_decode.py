@@ -1,6 +1,6 @@
 """Batch-1 decode step of our torch model against transformers', same GGUF, same threads, same run.
 
-    .venv/bin/python -m benchmarks.model_decode --context 256 --steps 64 --threads 2
+    .venv/bin/python -m benchmarks.backend.model_decode --context 256 --steps 64 --threads 2
 
 Both models decode one token at a time after the same prompt; rounds alternate between them so that load
 from other work on the machine falls on both alike. Reports median and p90 wall time per step and the median

@@ -17,7 +17,7 @@ import torch
 from backend import Engine, EngineConfig, GenerateRequest, SamplingParams
 from backend.executor.model.ops import triton_ops
 from backend.loading.loader import LoadedModel, load_model
-from benchmarks.gpu_decode import torch_attention_ops
+from benchmarks.gpu.decode import torch_attention_ops
 
 
 def nano_vllm_workload(num_requests: int = 256, seed: int = 0) -> list[tuple[list[int], SamplingParams]]:

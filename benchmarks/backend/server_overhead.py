@@ -1,7 +1,7 @@
 """What the backend server costs on top of its engine: the same closed-loop workload, run in-process through
 `Engine.generate()` (the baseline) and over HTTP+SSE through a real `tidegate backend` subprocess.
 
-    .venv/bin/python -m benchmarks.server_overhead --concurrency 8 --num-requests 48 --input-len 64 --output-len 32
+    .venv/bin/python -m benchmarks.backend.server_overhead --concurrency 8 --num-requests 48 --input-len 64 --output-len 32
 
 Both sides get the same prompts (token ids, so tokenization is not compared), ignore EOS so every request
 produces exactly `--output-len` tokens, and use the same torch thread count. TTFT is measured to the first
@@ -147,7 +147,7 @@ def main() -> None:
                                  "--served-model-name", "smollm2", "--port", str(port), "--threads",
                                  str(args.threads)], stdout=log, stderr=subprocess.STDOUT,
                                 env={**os.environ, "TIDEGATE_BACKEND__LOG_LEVEL": "warning"},
-                                cwd=Path(__file__).resolve().parents[1])
+                                cwd=Path(__file__).resolve().parents[2])
         try:
             url = f"http://127.0.0.1:{port}"
             wait_ready(url, proc)
