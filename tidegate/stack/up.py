@@ -79,19 +79,35 @@ def bootstrap_api_key(base_url: str, admin_key: str, key_file: Path) -> tuple[st
     return secret, True
 
 
-def _port(preferred: int) -> int:
-    """`preferred` when it is free, else one the system picks: a replica added at run time must not collide."""
+def _port(preferred: int, reserved: int) -> int:
+    """`preferred` when it is free, else one the system picks: a replica added at run time must not collide, and
+    none may take `reserved`, the gateway's port, which is not bound yet when the first replicas start (a replica
+    there would answer the gateway's health check)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
+            if preferred == reserved:
+                raise OSError
             sock.bind(("127.0.0.1", preferred))
         except OSError:
             sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        port = int(sock.getsockname()[1])
+    return port if port != reserved else _port(0, reserved)
+
+
+def _check_free(host: str, port: int) -> None:
+    """The gateway's port must be free before anything starts: whatever holds it would answer the health check
+    and the admin calls in the gateway's place."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: TIME_WAIT is no owner
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise RuntimeError(f"cannot listen on {host}:{port} ({exc.strerror}); choose another --port") from None
 
 
 def backend_child(args: argparse.Namespace, logs: Path, index: int) -> Child:
     """Replica `index` (from 1): the same flags for every replica, on the next port after the first's if free."""
-    port = _port(args.backend_port + index - 1)
+    port = _port(args.backend_port + index - 1, args.port)
     # replicas share the machine's cores: oversubscribed torch threads make every step slower, so each gets its
     # share of the most replicas there may be
     threads = max(1, (os.cpu_count() or 1) // args.replicas.max)
@@ -199,6 +215,7 @@ def main(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
     try:
+        _check_free(args.host, args.port)
         print(f"starting {len(backends)} backend replica(s); logs in {data_dir / 'logs'}", flush=True)
         for child in backends:
             child.start()

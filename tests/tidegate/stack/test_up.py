@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from openai import OpenAI
 from tests.servers import free_port
 from tests.tidegate.stack.up_process import UpProcess
 from tests.waiting import wait_until
-from tidegate.stack.up import EXAMPLE_QUESTION
+from tidegate.stack.up import EXAMPLE_QUESTION, _port
 
 
 @pytest.fixture
@@ -80,3 +81,22 @@ def test_up_serves_restarts_a_crashed_replica_and_stops_cleanly(tmp_path: Path, 
         assert usage.status_code == 200 and usage.json()["requests"] >= 2
     finally:
         assert again.interrupt() == 0
+
+
+def test_up_refuses_a_gateway_port_already_taken_before_starting_anything(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        up = UpProcess(tmp_path / "data", taken, free_port())
+        assert up.proc.wait(timeout=120) == 1
+    output = "\n".join(up.lines)
+    assert f"cannot listen on 127.0.0.1:{taken}" in output
+    assert "starting" not in output  # no replica was started to be answered in the gateway's place
+
+
+def test_a_replica_never_takes_the_gateway_port_even_when_asked_for_it() -> None:
+    gateway = free_port()
+    assert _port(gateway, reserved=gateway) != gateway
+    other = free_port()
+    assert _port(other, reserved=gateway) == other  # a free port that is not the gateway's is kept
