@@ -31,6 +31,7 @@ from backend.executor.sample.verification import DraftVerifier
 from backend.loading.loader import LoadedModel, load_model
 
 log = logging.getLogger(__name__)
+IDLE_RELEASE_S = 1.0  # a step loop without work this long hands the heap's free pages back to the kernel
 
 
 class Engine:
@@ -328,6 +329,10 @@ class Engine:
 
     def _loop(self) -> None:
         while True:
+            with self._lock:
+                idle = not self._lock.wait_for(lambda: self._stopping or self.scheduler.has_work, IDLE_RELEASE_S)
+            if idle:  # once per quiet spell: the next burst re-faults the kept activations once, not every step
+                release_freed_memory()
             with self._lock:
                 while not self._stopping and not self.scheduler.has_work:
                     self._lock.wait()

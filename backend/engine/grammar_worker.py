@@ -13,8 +13,10 @@ import multiprocessing
 import re
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
+from typing import TYPE_CHECKING
 
-import xgrammar as xgr
+if TYPE_CHECKING:
+    import xgrammar as xgr
 
 START_TIMEOUT_S = 120.0  # a child imports xgrammar and reads the vocabulary before its first compile
 _ANY_OBJECT = '{"type": "object"}'
@@ -83,6 +85,8 @@ def compile_source(compiler: xgr.GrammarCompiler, kind: str, source: str) -> xgr
 
 
 def _serve(conn: Connection, tokenizer_json: str) -> None:
+    import xgrammar as xgr  # in the child only: the parent loads it on its first constrained request
+
     compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.deserialize_json(tokenizer_json), max_threads=1,
                                    cache_enabled=False)
     conn.send("ready")

@@ -3,7 +3,9 @@
 Memory. Every step allocates and frees the same large activations (a few MB to a few tens of MB each). glibc returns
 allocations above its mmap threshold, and the top of the heap above its trim threshold, to the kernel as soon
 as they are freed, so the next step page-faults all of it in again. Under a hypervisor each fault is dear: on
-the 2-core VM of docs/benchmarks.md that made a decode step of 32 sequences up to half again as long.
+the 2-core VM of docs/benchmarks.md that made a decode step of 32 sequences up to half again as long. A step's
+working set fits in KEEP_FREED_BYTES: keeping every freed byte instead (no trim at all) held 135 MiB more at
+a Qwen2.5-0.5B server's peak for no step time measured (docs/engine.md).
 
 Garbage collection. Loading a model builds some 230,000 long-lived container objects (the tokenizer's tables,
 the modules); each full collection scans them all, 0.25-0.8 s on that VM, and one load triggered four to eight.
@@ -21,17 +23,20 @@ from typing import TypeVar
 
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
 _MMAP_THRESHOLD_MAX = 32 << 20  # glibc refuses more on 64-bit (half its heap size)
+KEEP_FREED_BYTES = 64 << 20  # free memory a heap keeps at its top; beyond it, a free hands the rest back
+_TOP_PAD = 16 << 20  # what each heap growth asks for beyond the request, and what a trim leaves
 
 
 def keep_freed_memory() -> bool:
-    """Tune glibc's allocator for the step loop; False where it is not glibc (the process runs as before)."""
+    """Tune glibc's allocator for the step loop: a step's activations come from the heap and stay in it between
+    steps, up to KEEP_FREED_BYTES free; False where it is not glibc (the process runs as before)."""
     if not sys.platform.startswith("linux"):
         return False
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):  # musl and others: no mallopt
         return False
-    settings = ((_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX), (_M_TRIM_THRESHOLD, 2**31 - 1), (_M_TOP_PAD, 1 << 30))
+    settings = ((_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX), (_M_TRIM_THRESHOLD, KEEP_FREED_BYTES), (_M_TOP_PAD, _TOP_PAD))
     return all(mallopt(option, value) == 1 for option, value in settings)
 
 

@@ -4,6 +4,8 @@ xgrammar over llguidance because its per-step mask fill is cheaper on this vocab
 `benchmarks.backend.grammar_mask`); both share the packed int32 bitmask that `backend.executor.sample.token_mask` applies.
 Compiling runs in child processes killed at a hard deadline (grammar_worker.py), never on the step loop, and
 each constraint is compiled once per tenant: a bounded LRU keyed by the tenant and a digest of kind and source.
+xgrammar (and the transformers it imports, ~50 MiB resident together) is imported by the first constrained
+request, not with this module: a server whose requests never constrain their output never holds it.
 """
 
 from __future__ import annotations
@@ -16,12 +18,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
-import xgrammar as xgr
-
 from backend.engine.grammar_worker import CompileChild, CompileDeadline, CompileFailed
 
 if TYPE_CHECKING:
     import torch
+    import xgrammar as xgr
 
     from backend.loading.tokenizer import Tokenizer
 
@@ -83,6 +84,8 @@ class GrammarState:
     __slots__ = ("_matcher",)
 
     def __init__(self, compiled: xgr.CompiledGrammar) -> None:
+        import xgrammar as xgr
+
         self._matcher = xgr.GrammarMatcher(compiled)
 
     def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
@@ -194,6 +197,8 @@ class GrammarCompiler:
                 with self._lock:
                     self._idle.append(child)
         assert self._info is not None  # set before the first child was started
+        import xgrammar as xgr
+
         return xgr.CompiledGrammar.deserialize_json(compiled, self._info)
 
     def _store(self, key: str, tenant: str, done: Future[xgr.CompiledGrammar]) -> None:
@@ -212,6 +217,8 @@ class GrammarCompiler:
 def tokenizer_info(tokenizer: Tokenizer) -> xgr.TokenizerInfo:
     """xgrammar's view of the vocabulary: each token's raw bytes, special tokens empty so no grammar admits
     them as text, and the tokenizer's end-of-turn ids as the grammar's stop tokens."""
+    import xgrammar as xgr
+
     vocab = tokenizer.token_bytes()
     return xgr.TokenizerInfo(vocab, xgr.VocabType.RAW, vocab_size=len(vocab),
                              stop_token_ids=sorted(tokenizer.eos_token_ids))

@@ -16,7 +16,7 @@ import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
-from backend.executor.cpu.quant_blocks import BLOCK_BYTES, WIDENED, BlockQuantized, Weight, widen
+from backend.executor.cpu.quant_blocks import BLOCK_BYTES, BlockQuantized, Weight
 from backend.executor.model.config import SUPPORTED_ARCHITECTURES, ModelConfig, UnsupportedModelError
 from backend.executor.model.families import FAMILIES
 
@@ -46,7 +46,7 @@ def tensor_support(architecture: str, type_name: str) -> str:
     known = type_name in GGMLQuantizationType.__members__
     if architecture not in SUPPORTED_ARCHITECTURES or not known or GGMLQuantizationType[type_name] not in SUPPORTED_TENSOR_TYPES:
         return "refused"
-    native = type_name == "F32" or type_name in BLOCK_BYTES or type_name in WIDENED
+    native = type_name == "F32" or type_name in BLOCK_BYTES
     return "computed natively" if native else "dequantized"
 
 
@@ -122,11 +122,11 @@ def read_gguf(path: Path, *, keep_blocks: bool = False) -> GGUFContents:
         # GGUF lists dims fastest-first; torch wants them slowest-first.
         shape = tuple(int(n) for n in reversed(t.shape.tolist()))
         tensor: Weight
-        if keep_blocks and (t.tensor_type.name in BLOCK_BYTES or t.tensor_type.name in WIDENED) and len(shape) >= 2:
+        if keep_blocks and t.tensor_type.name in BLOCK_BYTES and len(shape) >= 2:
             # A stack of matrices (a MoE layer's experts, `[experts, out, in]`) is kept as all its rows.
             rows = int(np.prod(shape[:-1]))
-            kind, raw = widen(t.tensor_type.name, np.array(t.data, dtype=np.uint8).reshape(rows, -1))
-            tensor = BlockQuantized(kind, torch.from_numpy(raw), (rows, shape[-1]))
+            raw = np.array(t.data, dtype=np.uint8).reshape(rows, -1)
+            tensor = BlockQuantized(t.tensor_type.name, torch.from_numpy(raw), (rows, shape[-1]))
         else:
             array = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
             if not array.flags.writeable:  # F32 tensors come back as views of the read-only memory map

@@ -1,4 +1,4 @@
-"""Matrices kept in the GGUF file's own blocks (Q4_0, Q4_1, Q8_0), multiplied by the C++ kernel.
+"""Matrices kept in the GGUF file's own blocks (Q4_0, Q4_1, Q5_0, Q8_0), multiplied by the C++ kernel.
 
 The kernel (csrc/block_matmul.cpp, built by block_kernel.py) multiplies with the file's values. From 9
 activation rows on (prefill, big batches) it dequantizes each block exactly inside a float32 GEMM, so `linear`
@@ -24,7 +24,7 @@ import torch
 
 from backend.executor.cpu.quant_blocks import BLOCK, BLOCK_BYTES, BlockQuantized
 
-KINDS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q4_K": 3, "Q5_K": 4, "Q6_K": 5}  # the K-quants: k_quants.py
+KINDS = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q4_K": 3, "Q5_K": 4, "Q6_K": 5, "Q5_0": 6}  # the K-quants: k_quants.py
 GROUP = 8  # output rows interleaved together (csrc/block_format.h)
 ACTIVATION_BITS = {"float32": 32, "int16": 16, "int8": 8}
 
@@ -89,7 +89,9 @@ def from_blocks(
     b = weight.blocks.view(rows, cols // BLOCK, BLOCK_BYTES[weight.kind])
     scales = interleave(b[..., 0:2].contiguous().view(torch.float16), 1)
     mins = interleave(b[..., 2:4].contiguous().view(torch.float16), 1) if weight.kind == "Q4_1" else None
-    start = 4 if weight.kind == "Q4_1" else 2
-    quants = interleave(b[..., start:], 2)
+    if weight.kind == "Q5_0":  # Q4_0's nibbles, then the mask of fifth bits: the layout csrc/block_format.h reads
+        quants = interleave(torch.cat([b[..., 6:], b[..., 2:6]], dim=-1), 2)
+    else:
+        quants = interleave(b[..., 4 if weight.kind == "Q4_1" else 2:], 2)
     assert decode_activations in ACTIVATION_BITS, decode_activations
     return BlockWeight(weight.kind, quants, scales, mins, (rows, cols), kernel, decode_activations)

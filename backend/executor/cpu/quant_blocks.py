@@ -1,15 +1,14 @@
 """GGML's weight blocks, kept as the file stores them until the model packs them: the 32-value kinds (Q4_0, Q4_1,
-Q8_0) and the K-quants' 256-value super-blocks (Q4_K, Q5_K, Q6_K; their fields: k_quants.py).
+Q5_0, Q8_0) and the K-quants' 256-value super-blocks (Q4_K, Q5_K, Q6_K; their fields: k_quants.py).
 
 A row of a `[out, in]` matrix is `in / 32` blocks, each a float16 scale `d` (Q4_1 also a float16 minimum `m`)
 and 32 quants: Q4_0 `w = d * (q - 8)`, Q4_1 `w = d * q + m` (q in 0..15, low nibbles first), Q8_0 `w = d * q`
 (q a signed byte). Rows are independent, so merging projections and undoing llama.cpp's head permutation
 work on the raw bytes of whole rows.
 
-Q5_0 (`w = d * (q - 16)`, q in 0..31: four low bits in nibbles, the fifth in a 32-bit mask) has no kernel of
-its own: its blocks are widened at load to Q8_0 blocks with the same scale and the same integers, exactly. That
-costs 8.5 bits per weight instead of 5.5, against 32 for dequantizing; llama.cpp's Q4_K_M files put Q5_0 where a
-row is no multiple of 256 (all of Qwen2.5-0.5B's 896-wide matrices).
+Q5_0 is `w = d * (q - 16)`, q in 0..31: a float16 scale, a 32-bit mask of fifth bits (bit j: value j's), then
+Q4_0's nibbles; 5.5 bits per weight. llama.cpp's Q4_K_M files put it where a row is no multiple of 256 (all of
+Qwen2.5-0.5B's 896-wide matrices).
 """
 
 from __future__ import annotations
@@ -25,28 +24,11 @@ from gguf.quants import dequantize as gguf_dequantize
 log = logging.getLogger(__name__)
 
 BLOCK = 32
-BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
+BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q8_0": 34, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
 K_KINDS = ("Q4_K", "Q5_K", "Q6_K")
+OFFSETS = {"Q4_0": 8, "Q5_0": 16}  # w = d * (q - offset)
 SUPER = 256  # values of a K-quant super-block
 BLOCK_VALUES = {kind: SUPER if kind in K_KINDS else BLOCK for kind in BLOCK_BYTES}
-WIDENED = {"Q5_0": "Q8_0"}  # file kinds kept as the blocks of a wider kind, exactly (see widen)
-_Q5_0_BYTES = 22
-
-
-def widen(kind: str, blocks: np.ndarray) -> tuple[str, np.ndarray]:
-    """The file's `kind` blocks (uint8 `[rows, bytes]`) as blocks of a kind a kernel computes, same values."""
-    if kind not in WIDENED:
-        return kind, blocks
-    rows = blocks.shape[0]
-    b = blocks.reshape(rows, -1, _Q5_0_BYTES)
-    high = b[..., 2:6].copy().view("<u4")  # [rows, blocks, 1]: bit j is value j's fifth bit
-    fifth = ((high >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8) << 4  # [rows, blocks, 32]
-    nibbles = b[..., 6:]
-    q = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1) | fifth  # values 0..15 low nibbles, 16..31 high
-    out = np.empty((rows, b.shape[1], BLOCK_BYTES["Q8_0"]), dtype=np.uint8)
-    out[..., :2] = b[..., :2]
-    out[..., 2:] = (q.astype(np.int16) - 16).astype(np.int8).view(np.uint8)
-    return WIDENED[kind], out.reshape(rows, -1)
 
 
 @dataclass(slots=True)
@@ -68,8 +50,8 @@ class BlockQuantized:
         return BlockQuantized(self.kind, self.blocks[ids].contiguous(), (len(ids), self.shape[1]))
 
     def quants(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """`(q, d, m)`: quants `[rows, in]` as int32 (0..15 for Q4, -128..127 for Q8_0), block scales and
-        (Q4_1 only) block minimums `[rows, in / 32]` as float32. The 32-value kinds only."""
+        """`(q, d, m)`: quants `[rows, in]` as int32 (0..15 for Q4, 0..31 for Q5_0, -128..127 for Q8_0), block
+        scales and (Q4_1 only) block minimums `[rows, in / 32]` as float32. The 32-value kinds only."""
         assert self.kind not in K_KINDS, self.kind
         rows, cols = self.shape
         b = self.blocks.view(rows, cols // BLOCK, BLOCK_BYTES[self.kind])
@@ -77,9 +59,12 @@ class BlockQuantized:
         if self.kind == "Q8_0":
             return b[..., 2:].contiguous().view(torch.int8).reshape(rows, cols).int(), d, None
         m = b[..., 2:4].contiguous().view(torch.float16).squeeze(-1).float() if self.kind == "Q4_1" else None
-        nibbles = b[..., 4:] if self.kind == "Q4_1" else b[..., 2:]
-        q = torch.cat([nibbles & 15, nibbles >> 4], dim=-1).reshape(rows, cols).int()
-        return q, d, m
+        nibbles = b[..., {"Q4_1": 4, "Q5_0": 6}.get(self.kind, 2):]
+        q = torch.cat([nibbles & 15, nibbles >> 4], dim=-1).int()
+        if self.kind == "Q5_0":
+            mask = b[..., 2:6].contiguous().view(torch.int32)  # [rows, blocks, 1]: bit j is value j's fifth bit
+            q = q | (((mask >> torch.arange(32, dtype=torch.int32)) & 1) << 4)
+        return q.reshape(rows, cols), d, m
 
     def dequantize(self) -> torch.Tensor:
         """The float32 matrix the file holds, exactly."""
@@ -89,8 +74,7 @@ class BlockQuantized:
         q, d, m = self.quants()
         rows, cols = self.shape
         groups = q.view(rows, cols // BLOCK, BLOCK).float()
-        if self.kind == "Q4_0":
-            groups = groups - 8
+        groups = groups - OFFSETS.get(self.kind, 0)
         w = groups * d.unsqueeze(-1)
         if m is not None:
             w = w + m.unsqueeze(-1)

@@ -123,7 +123,7 @@ def _bf16(values: torch.Tensor) -> torch.Tensor:
 
 def form_for(mode: str, weight: Weight) -> str:
     """How a matrix is kept under `--quantization mode`: "dense", "blocks", "int4" or "int8". `auto` keeps the
-    file's own blocks for the block kernel (where it does not build: Q4_0/Q4_1 as int4, Q8_0 as int8, the
+    file's own blocks for the block kernel (where it does not build: Q4_0/Q4_1 as int4, Q8_0/Q5_0 as int8, the
     K-quants dequantized, since requantizing them would lose precision) and float matrices float."""
     if mode in ("int4", "int8"):
         return mode
@@ -133,7 +133,7 @@ def form_for(mode: str, weight: Weight) -> str:
         kinds = {p.kind for p in weight.parts} if isinstance(weight, MixedRows) else {weight.kind}
         if kinds & set(K_KINDS) or len(kinds) > 1:
             return "dense"
-        return "int8" if kinds == {"Q8_0"} else "int4"
+        return "int8" if kinds <= {"Q8_0", "Q5_0"} else "int4"  # Q5_0's 32 levels would not fit int4's 16
     return "dense"
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import xgrammar
 
 from backend.executor.sample.batch import StepSequence
 
@@ -23,6 +22,7 @@ def apply_token_constraints(logits: torch.Tensor, seqs: Sequence[StepSequence], 
     rows = [row for row, seq in enumerate(seqs) if seq.constraint is not None]
     if not rows:
         return
+    import xgrammar  # here, not at the top: a server that constrains nothing never loads it (~50 MiB)
     vocab = logits.shape[1]
     bitmask = torch.full((len(seqs), (vocab + 31) // 32), -1, dtype=torch.int32)
     for row in rows:

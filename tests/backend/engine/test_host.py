@@ -4,18 +4,54 @@ collection pauses around a load, and what a loaded server holds is frozen out of
 from __future__ import annotations
 
 import gc
+import subprocess
 import sys
 import threading
 
 import pytest
 
-from backend.engine.host import collector_paused, freeze_loaded_objects, in_passing_thread, keep_freed_memory
+from backend.engine.host import (
+    KEEP_FREED_BYTES,
+    collector_paused,
+    freeze_loaded_objects,
+    in_passing_thread,
+    keep_freed_memory,
+)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")
 def test_tuning_applies_and_is_idempotent() -> None:
     assert keep_freed_memory() is True
     assert keep_freed_memory() is True
+
+
+# In a fresh interpreter: 256 heap blocks of 1 MiB, touched, then freed; the resident growth left behind.
+_FREED_PROBE = """
+import ctypes, sys
+from backend.engine.host import keep_freed_memory
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+def rss():
+    status = open("/proc/self/status").read().splitlines()
+    return int(next(line.split()[1] for line in status if line.startswith("VmRSS:"))) * 1024
+assert keep_freed_memory()
+before = rss()
+blocks = [libc.malloc(1 << 20) for _ in range(256)]
+for block in blocks:
+    ctypes.memset(block, 1, 1 << 20)
+for block in reversed(blocks):
+    libc.free(block)
+print(rss() - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")
+def test_freed_memory_beyond_the_cap_goes_back_to_the_kernel() -> None:
+    done = subprocess.run([sys.executable, "-c", _FREED_PROBE], capture_output=True, text=True, check=True)
+    kept = int(done.stdout)
+    assert kept <= KEEP_FREED_BYTES + (8 << 20)  # the cap, and the probe's own few pages
+    assert kept >= 0
 
 
 def test_passing_thread_returns_the_result_from_another_thread() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -207,3 +209,10 @@ def test_constrained_generation_follows_the_schema_and_stops(make_engine: Any) -
     deltas = asyncio.run(run())
     assert deltas[-1].finish_reason == "stop"
     jsonschema.validate(json.loads("".join(d.text for d in deltas)), PERSON)
+
+
+def test_serving_without_constraints_never_imports_xgrammar() -> None:
+    # xgrammar with the transformers it imports holds ~50 MiB: only a constrained request may load it
+    probe = "import sys, backend.server.app; print('xgrammar' in sys.modules, 'transformers' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "False"]

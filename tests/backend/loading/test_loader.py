@@ -191,7 +191,7 @@ def test_types_without_a_kernel_load_dequantized_with_one_warning(
         record.getMessage())
 
 
-def test_q5_0_matrices_are_kept_as_q8_0_blocks_of_the_same_values(
+def test_q5_0_matrices_are_kept_in_their_own_blocks(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     config = tiny_config("llama")
@@ -204,10 +204,11 @@ def test_q5_0_matrices_are_kept_as_q8_0_blocks_of_the_same_values(
     for gguf_name, hf_name in (("blk.0.attn_output.weight", "model.layers.0.self_attn.o_proj.weight"),
                                ("blk.1.ffn_up.weight", "model.layers.1.mlp.up_proj.weight")):
         kept = contents.weights[hf_name]
-        assert isinstance(kept, BlockQuantized) and kept.kind == "Q8_0"
+        assert isinstance(kept, BlockQuantized) and kept.kind == "Q5_0"
         t = file_tensors[gguf_name]
+        assert kept.blocks.numel() == t.data.nbytes  # 5.5 bits per weight, as the file
         reference = torch.from_numpy(dequantize(t.data, t.tensor_type).reshape(kept.shape))
-        assert torch.equal(kept.dequantize(), reference)  # the same scales and integers: exact
+        assert torch.equal(kept.dequantize(), reference)
 
 
 def test_unreadable_tensor_type_is_refused_by_name(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ namespace tidegate_blocks {
 
 using namespace tidegate_simd;
 
-enum Kind : int64_t { Q4_0 = 0, Q4_1 = 1, Q8_0 = 2 };
+enum Kind : int64_t { Q4_0 = 0, Q4_1 = 1, Q8_0 = 2, Q5_0 = 6 };  // 3..5: k_blocks.h's K-quants
+constexpr bool is_block_kind(int64_t kind) { return (kind >= Q4_0 && kind <= Q8_0) || kind == Q5_0; }
 constexpr int64_t kBlock = 32;
 constexpr int64_t kGroup = 8;  // output rows interleaved together: one int32 lane each in a 256-bit vector
 constexpr int64_t kFewRows = 8;  // activation rows of the integer decode path; more run as a GEMM
@@ -33,7 +34,9 @@ struct Matrix {
 
   int64_t blocks() const { return in / kBlock; }
   int64_t groups() const { return (out + kGroup - 1) / kGroup; }
-  int64_t block_bytes() const { return kind == Q8_0 ? kBlock : kBlock / 2; }  // of one row
+  // Of one row. Q5_0's are Q4_0's 16 nibble bytes, then its 32-bit mask of fifth bits (units 8 and 9: the bits of
+  // values 0..15, then of 16..31).
+  int64_t block_bytes() const { return kind == Q8_0 ? kBlock : (kind == Q5_0 ? kBlock / 2 + 4 : kBlock / 2); }
   const uint8_t* group_block(int64_t g, int64_t b) const { return quants + (g * blocks() + b) * kGroup * block_bytes(); }
   // Byte j of block b of row o, and the block's scale and minimum.
   uint8_t byte(int64_t o, int64_t b, int64_t j) const {
@@ -56,6 +59,13 @@ struct QuantizedRows {
 void quantize_rows_scalar(const float* x, int64_t rows, int64_t in, float levels, const QuantizedRows& out);
 void integer_rows_scalar(const Matrix& w, const QuantizedRows& x, int64_t rows, float* y, int64_t begin, int64_t end);
 
+// Q5_0's mask of block b of output row o: bit j is value j's fifth bit.
+inline uint32_t fifth_bits(const Matrix& w, int64_t o, int64_t b) {
+  uint32_t mask = 0;
+  for (int j = 0; j < 4; ++j) mask |= static_cast<uint32_t>(w.byte(o, b, kBlock / 2 + j)) << (8 * j);
+  return mask;
+}
+
 // The 32 float32 values of block b of output row o.
 inline void dequantize_block_scalar(const Matrix& w, int64_t o, int64_t b, float* out) {
   const float d = static_cast<float>(w.scales[w.scale_index(o, b)]);
@@ -64,11 +74,14 @@ inline void dequantize_block_scalar(const Matrix& w, int64_t o, int64_t b, float
     return;
   }
   const float m = w.kind == Q4_1 ? static_cast<float>(w.mins[w.scale_index(o, b)]) : 0.0f;
-  const int offset = w.kind == Q4_0 ? 8 : 0;
+  const int offset = w.kind == Q4_0 ? 8 : (w.kind == Q5_0 ? 16 : 0);
+  const uint32_t fifth = w.kind == Q5_0 ? fifth_bits(w, o, b) : 0;
   for (int j = 0; j < kBlock / 2; ++j) {
-    const uint8_t q = w.byte(o, b, j);
-    out[j] = static_cast<float>((q & 15) - offset) * d + m;
-    out[j + 16] = static_cast<float>((q >> 4) - offset) * d + m;
+    const int q = w.byte(o, b, j);
+    const int low = (q & 15) + static_cast<int>((fifth >> j) & 1) * 16 - offset;
+    const int high = (q >> 4) + static_cast<int>((fifth >> (j + 16)) & 1) * 16 - offset;
+    out[j] = static_cast<float>(low) * d + m;
+    out[j + 16] = static_cast<float>(high) * d + m;
   }
 }
 
@@ -84,6 +97,31 @@ AVX2_TARGET inline Nibbles split_nibbles(__m128i raw, Kind kind) {
   const __m128i low4 = _mm_set1_epi8(15), offset = _mm_set1_epi8(kind == Q4_0 ? 8 : 0);
   return {_mm_sub_epi8(_mm_and_si128(raw, low4), offset),
           _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), offset)};
+}
+
+// Q5_0's fifth bits for unit u of a group's block (q: the block), as 16 or 0 in the byte of each quant byte of
+// the unit (byte 2 i + e: row i's value 2 u + e in `low`, value 2 u + e + 16 in `high`). Word i of unit 8 (9)
+// holds row i's bits of values 0..15 (16..31), so bits 2 u and 2 u + 1 of a word go to its two bytes' bit 4.
+AVX2_TARGET inline Nibbles fifth_of_unit(const uint8_t* q, int64_t u) {
+  const __m128i one = _mm_set1_epi16(0x0010), other = _mm_set1_epi16(0x1000);
+  const __m128i shift = _mm_cvtsi32_si128(static_cast<int>(2 * u));
+  Nibbles out;
+  for (int half = 0; half < 2; ++half) {
+    const __m128i t = _mm_srl_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * (8 + half))), shift);
+    const __m128i bits = _mm_or_si128(_mm_and_si128(_mm_slli_epi16(t, 4), one), _mm_and_si128(_mm_slli_epi16(t, 11), other));
+    (half == 0 ? out.low : out.high) = bits;
+  }
+  return out;
+}
+
+// Unit u of a group's block (q) as the values of its quant bytes in signed bytes: Q4 nibbles (split_nibbles), or
+// Q5_0's with their fifth bits, minus 16.
+AVX2_TARGET inline Nibbles unit_values(const uint8_t* q, int64_t u, Kind kind) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * u));
+  if (kind != Q5_0) return split_nibbles(raw, kind);
+  const Nibbles n = split_nibbles(raw, Q4_1), f = fifth_of_unit(q, u);
+  const __m128i sixteen = _mm_set1_epi8(16);
+  return {_mm_sub_epi8(_mm_or_si128(n.low, f.low), sixteen), _mm_sub_epi8(_mm_or_si128(n.high, f.high), sixteen)};
 }
 
 // The 8 rows at positions k and k + 1, as signed bytes (the first 8 and the last 8), dequantized and stored at
@@ -109,13 +147,13 @@ AVX2_TARGET inline void dequantize_group_avx2(const Matrix& w, int64_t g, int64_
   // Bytes 2 i + e of a unit are row i's: the even bytes first, then the odd ones, so that each 8 bytes are the
   // 8 rows at one position.
   const __m128i split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-  for (int64_t u = 0; u < w.block_bytes() / 2; ++u) {
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * u));
+  for (int64_t u = 0; u < (w.kind == Q8_0 ? kBlock : kBlock / 2) / 2; ++u) {
     if (w.kind == Q8_0) {
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * u));
       store_positions(_mm_shuffle_epi8(raw, split), d, m, false, out, 2 * u, stride);
       continue;
     }
-    const Nibbles values = split_nibbles(raw, w.kind);
+    const Nibbles values = unit_values(q, u, w.kind);
     store_positions(_mm_shuffle_epi8(values.low, split), d, m, with_min, out, 2 * u, stride);
     store_positions(_mm_shuffle_epi8(values.high, split), d, m, with_min, out, 2 * u + 16, stride);
   }

@@ -127,13 +127,22 @@ AVX512_TARGET void pack_group(const Matrix& w, int64_t g, int64_t b, uint8_t* la
   const int64_t at = (g * w.blocks() + b) * kGroup;
   const __m256 scale = _mm256_cvtph_ps(load16(w.scales + at));
   __m256 minimum = w.kind == Q4_1 ? _mm256_cvtph_ps(load16(w.mins + at)) : _mm256_setzero_ps();
-  if (Bits == 8 && w.kind != Q4_1) minimum = _mm256_mul_ps(scale, _mm256_set1_ps(w.kind == Q4_0 ? -8.0f : -128.0f));
+  if (Bits == 8 && w.kind != Q4_1)
+    minimum = _mm256_mul_ps(scale, _mm256_set1_ps(w.kind == Q4_0 ? -8.0f : (w.kind == Q5_0 ? -16.0f : -128.0f)));
   _mm256_storeu_ps(d, scale);
   _mm256_storeu_ps(mn, minimum);
   if constexpr (Bits == 16) {
     // A 16-byte unit holds positions 2u and 2u + 1 of each of the 8 rows side by side: widened, a step's lanes.
     if (w.kind == Q8_0) {
       for (int64_t u = 0; u < L::kSteps; ++u) store32(lanes + u * L::kStepBytes, _mm256_cvtepi8_epi16(load16(q + 16 * u)));
+      return;
+    }
+    if (w.kind == Q5_0) {  // the values with their fifth bits, minus 16, as signed bytes
+      for (int64_t u = 0; u < L::kSteps / 2; ++u) {
+        const Nibbles values = unit_values(q, u, Q5_0);
+        store32(lanes + u * L::kStepBytes, _mm256_cvtepi8_epi16(values.low));
+        store32(lanes + (u + L::kSteps / 2) * L::kStepBytes, _mm256_cvtepi8_epi16(values.high));
+      }
       return;
     }
     const __m256i low4 = _mm256_set1_epi16(15), offset = _mm256_set1_epi16(w.kind == Q4_0 ? 8 : 0);
@@ -155,8 +164,15 @@ AVX512_TARGET void pack_group(const Matrix& w, int64_t g, int64_t b, uint8_t* la
         store32(lanes + t * L::kStepBytes, _mm256_xor_si256(quads, flip));  // signed to unsigned: plus 128
         continue;
       }
-      store32(lanes + t * L::kStepBytes, _mm256_and_si256(quads, low4));
-      store32(lanes + (t + pairs) * L::kStepBytes, _mm256_and_si256(_mm256_srli_epi16(quads, 4), low4));
+      __m256i low = _mm256_and_si256(quads, low4), high = _mm256_and_si256(_mm256_srli_epi16(quads, 4), low4);
+      if (w.kind == Q5_0) {  // the fifth bits of units 2t and 2t + 1, interleaved as the quants (values 0..31)
+        const Nibbles fa = fifth_of_unit(q, 2 * t), fc = fifth_of_unit(q, 2 * t + 1);
+        low = _mm256_or_si256(low, _mm256_set_m128i(_mm_unpackhi_epi16(fa.low, fc.low), _mm_unpacklo_epi16(fa.low, fc.low)));
+        high = _mm256_or_si256(high,
+                               _mm256_set_m128i(_mm_unpackhi_epi16(fa.high, fc.high), _mm_unpacklo_epi16(fa.high, fc.high)));
+      }
+      store32(lanes + t * L::kStepBytes, low);
+      store32(lanes + (t + pairs) * L::kStepBytes, high);
     }
   }
 }

@@ -33,10 +33,13 @@ int32_t dot_scalar(const Matrix& w, int64_t o, int64_t b, const int16_t* xq) {
     for (int j = 0; j < kBlock; ++j) dot += static_cast<int8_t>(w.byte(o, b, j)) * xq[j];
     return dot;
   }
-  const int offset = w.kind == Q4_0 ? 8 : 0;
+  const int offset = w.kind == Q4_0 ? 8 : (w.kind == Q5_0 ? 16 : 0);
+  const uint32_t fifth = w.kind == Q5_0 ? fifth_bits(w, o, b) : 0;
   for (int j = 0; j < kBlock / 2; ++j) {
     const uint8_t q = w.byte(o, b, j);
-    dot += ((q & 15) - offset) * xq[j] + ((q >> 4) - offset) * xq[j + 16];
+    const int low = (q & 15) + static_cast<int>((fifth >> j) & 1) * 16;
+    const int high = (q >> 4) + static_cast<int>((fifth >> (j + 16)) & 1) * 16;
+    dot += (low - offset) * xq[j] + (high - offset) * xq[j + 16];
   }
   return dot;
 }
@@ -94,7 +97,7 @@ AVX2_TARGET inline __m256i pair_dot(__m256i weights, const int16_t* xq) {
 // registers), the results stored at y (rows w.out apart).
 template <Kind K, int R>
 AVX2_TARGET void group_avx2(const Matrix& w, int64_t g, const QuantizedRows& x, float* y) {
-  constexpr int64_t kBytes = kGroup * (K == Q8_0 ? kBlock : kBlock / 2);  // a group's block
+  constexpr int64_t kBytes = kGroup * (K == Q8_0 ? kBlock : (K == Q5_0 ? kBlock / 2 + 4 : kBlock / 2));  // a group's block
   const int64_t nb = w.blocks(), in = w.in;
   const uint8_t* q = w.group_block(g, 0);
   const c10::Half* d8 = w.scales + g * nb * kGroup;
@@ -120,6 +123,15 @@ AVX2_TARGET void group_avx2(const Matrix& w, int64_t g, const QuantizedRows& x, 
         for (int r = 0; r < R; ++r) dot[r] = _mm256_add_epi32(dot[r], pair_dot(values, xb + r * in + 2 * u));
       }
     } else {
+      __m256i fifth_low = _mm256_setzero_si256(), fifth_high = fifth_low;
+      if constexpr (K == Q5_0) {
+        // Lanes 2 i and 2 i + 1 each hold row i's mask word (unit 8: values 0..15; unit 9: 16..31), the even lane's
+        // shifted left once, so that unit u's bits for both lanes sit at bit 2 u + 1.
+        const __m256i odd_even = _mm256_set1_epi32(0x00010002);
+        const __m256i lo = _mm256_cvtepu16_epi32(load16(q + 16 * 8)), hi = _mm256_cvtepu16_epi32(load16(q + 16 * 9));
+        fifth_low = _mm256_mullo_epi16(_mm256_or_si256(lo, _mm256_slli_epi32(lo, 16)), odd_even);
+        fifth_high = _mm256_mullo_epi16(_mm256_or_si256(hi, _mm256_slli_epi32(hi, 16)), odd_even);
+      }
 #pragma GCC unroll 2
       for (int u = 0; u < kBlock / 4; ++u) {
         // Byte 2 i + e widened to a word: row i's value 2 u + e in its low nibble, value 2 u + e + 16 in its high.
@@ -128,6 +140,13 @@ AVX2_TARGET void group_avx2(const Matrix& w, int64_t g, const QuantizedRows& x, 
         if (K == Q4_0) {
           low = _mm256_sub_epi16(low, _mm256_set1_epi16(8));
           high = _mm256_sub_epi16(high, _mm256_set1_epi16(8));
+        }
+        if constexpr (K == Q5_0) {  // q - 16 is the nibble, less 16 where the fifth bit is clear
+          const __m256i bit = _mm256_set1_epi16(static_cast<int16_t>(1 << (2 * u + 1))), zero = _mm256_setzero_si256();
+          const __m256i sixteen = _mm256_set1_epi16(16);
+          low = _mm256_sub_epi16(low, _mm256_and_si256(_mm256_cmpeq_epi16(_mm256_and_si256(fifth_low, bit), zero), sixteen));
+          high = _mm256_sub_epi16(high,
+                                  _mm256_and_si256(_mm256_cmpeq_epi16(_mm256_and_si256(fifth_high, bit), zero), sixteen));
         }
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
@@ -195,7 +214,10 @@ AVX2_TARGET void quantize_rows_avx2(const float* x, int64_t rows, int64_t in, fl
 // size (5 rows: 3 and 2), each tile reading the group's weights again from L1.
 AVX2_TARGET void integer_rows_avx2(const Matrix& w, const QuantizedRows& x, int64_t rows, float* y, int64_t begin,
                                    int64_t end) {
-  const GroupTile* tiles = w.kind == Q8_0 ? kGroupTiles<Q8_0> : (w.kind == Q4_0 ? kGroupTiles<Q4_0> : kGroupTiles<Q4_1>);
+  const GroupTile* tiles = w.kind == Q8_0   ? kGroupTiles<Q8_0>
+                           : w.kind == Q4_0 ? kGroupTiles<Q4_0>
+                           : w.kind == Q5_0 ? kGroupTiles<Q5_0>
+                                            : kGroupTiles<Q4_1>;
   const int64_t nb = w.blocks();
   for (int64_t g = begin; g < end; ++g)
     for (int64_t r0 = 0, tile = 0; r0 < rows; r0 += tile) {

@@ -58,6 +58,10 @@ AVX2_TARGET inline __m128i gather_units(const uint8_t* p) {
 // Row o of the matrix, dequantized exactly into out [in].
 AVX2_TARGET void dequantize_row_avx2(const Matrix& w, int64_t o, float* out) {
   for (int64_t b = 0; b < w.blocks(); ++b, out += kBlock) {
+    if (w.kind == Q5_0) {  // embedding lookups only: the products dequantize whole groups
+      dequantize_block_scalar(w, o, b, out);
+      continue;
+    }
     const uint8_t* q = w.group_block(o / kGroup, b) + (o % kGroup) * 2;
     const __m256 d = _mm256_set1_ps(half_to_float(w.scales[w.scale_index(o, b)]));
     const __m256 m = _mm256_set1_ps(w.kind == Q4_1 ? half_to_float(w.mins[w.scale_index(o, b)]) : 0.0f);
@@ -81,7 +85,7 @@ AVX2_TARGET void dequantize_row_avx2(const Matrix& w, int64_t o, float* out) {
 
 Matrix matrix_of(const torch::Tensor& quants, const torch::Tensor& scales, const c10::optional<torch::Tensor>& mins,
                  int64_t kind, int64_t out_features) {
-  TORCH_CHECK(kind >= Q4_0 && kind <= Q8_0, "unknown block kind ", kind);
+  TORCH_CHECK(is_block_kind(kind), "unknown block kind ", kind);
   TORCH_CHECK(quants.dtype() == torch::kUInt8 && quants.is_contiguous() && quants.dim() == 2,
               "quants: uint8 [groups, 8 * row bytes]");
   TORCH_CHECK(scales.dtype() == torch::kFloat16 && scales.is_contiguous() && scales.dim() == 2,

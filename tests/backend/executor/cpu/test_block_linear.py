@@ -1,4 +1,4 @@
-"""The block kernel multiplies with the file's own Q4_0/Q4_1/Q8_0 values: its exact products equal the float32
+"""The block kernel multiplies with the file's own Q4_0/Q4_1/Q5_0/Q8_0 values: its exact products equal the float32
 product of the dequantized matrix up to summation order, its decode products with 8-bit activations equal
 llama.cpp's integer arithmetic (the same quantized activations, bit for bit, on the AVX2 and the portable path),
 within a stated tolerance of the exact product, and so do its products of many rows on AVX-512 VNNI; the default model answers alike in `auto` and `none`; and where
@@ -19,7 +19,7 @@ from gguf.quants import dequantize, quantize
 
 from backend.executor.cpu import block_kernel
 from backend.executor.cpu.block_linear import BlockWeight, from_blocks, interleave
-from backend.executor.cpu.quant_blocks import BlockQuantized
+from backend.executor.cpu.quant_blocks import OFFSETS, BlockQuantized
 from backend.executor.model.model import LlamaModel
 from backend.executor.model.quantized_linear import Int4Weight, Int8Weight, form_for
 from backend.executor.model.quantized_linear import quantize as quantize_form
@@ -29,7 +29,7 @@ from tests.backend import engine_fixtures
 from tests.backend.model_harness import paged_greedy
 from tests.backend.torch_threads import torch_threads
 
-KINDS = ["Q4_0", "Q4_1", "Q8_0"]
+KINDS = ["Q4_0", "Q4_1", "Q5_0", "Q8_0"]
 kernel = block_kernel.load()
 needs_kernel = pytest.mark.skipif(kernel is None, reason="the block kernel does not build here")
 
@@ -150,7 +150,7 @@ def _integer_product(x: torch.Tensor, blocks: BlockQuantized, activations: str) 
     terms (what float32 rounding scales with)."""
     q, dx = _quantized_rows(x, activations)
     wq, dw, mw = blocks.quants()
-    wq = wq - 8 if blocks.kind == "Q4_0" else wq
+    wq = wq - OFFSETS.get(blocks.kind, 0)
     (rows, cols), out = x.shape, blocks.shape[0]
     xb, wb = q.view(rows, cols // 32, 32).long(), wq.view(out, cols // 32, 32).long()
     scale = dx.double().unsqueeze(1) * dw.double().unsqueeze(0)  # [rows, out, blocks]
@@ -347,10 +347,10 @@ def test_without_the_kernel_auto_falls_back_to_torchs_forms(kind: str, monkeypat
     blocks, reference = _blocks(kind, rows=80)  # torch's int4 packing takes out-features in multiples of 16
     form = form_for("auto", blocks)
     weight = quantize_form(blocks, form)
-    assert isinstance(weight, Int8Weight if kind == "Q8_0" else Int4Weight)
+    assert isinstance(weight, Int8Weight if kind in ("Q8_0", "Q5_0") else Int4Weight)
     x = torch.randn(3, 96, generator=torch.Generator().manual_seed(0))
     dense = F.linear(x, reference)
-    # bfloat16 activations and scales (Q8_0 also loses its per-block scales): about three significant digits
+    # bfloat16 activations and scales (Q8_0 and Q5_0 also lose their per-block scales): about three significant digits
     assert float((weight.linear(x) - dense).norm() / dense.norm()) < 1e-2
 
 
