@@ -1,7 +1,7 @@
 """`tidegate backend`'s resident memory, A/B: the backend of two git trees on one GGUF file, runs interleaved.
 
     git archive main | tar -x -C /tmp/base      # or: git worktree add --detach /tmp/base main
-    python -m benchmarks.backend_memory --base /tmp/base --model FILE [--rounds 2] [--concurrency 8]
+    python -m benchmarks.backend.memory --base /tmp/base --model FILE [--rounds 2] [--concurrency 8]
 
 Run it from the head tree's root; each tree's backend starts in that tree, so its packages shadow the installed
 ones. Each run reads the process tree's RSS once /health answers, then samples it through one closed-loop
@@ -19,8 +19,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.gateway import Stack, free_port
-from benchmarks.vs_llama_cpp import PeakRss, bench
+from benchmarks.backend.vs_llama_cpp import PeakRss, bench
+from benchmarks.gateway.vs_litellm import Stack, free_port
 from tidegate.stack.processes import wait_for_health
 
 MIB = 2**20
