@@ -14,9 +14,11 @@ class Sink(asyncio.Protocol):
     def __init__(self) -> None:
         self.received = bytearray()
         self.closed = asyncio.get_running_loop().create_future()
+        self.grown = asyncio.Event()
 
     def data_received(self, data: bytes) -> None:
         self.received += data
+        self.grown.set()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed.done():
@@ -31,26 +33,27 @@ class Pair:
 @pytest.fixture
 async def pair() -> AsyncIterator[Pair]:
     loop = asyncio.get_running_loop()
-    sinks: list[Sink] = []
+    accepted: asyncio.Future[Sink] = loop.create_future()
 
     def accept() -> Sink:
-        sinks.append(Sink())
-        return sinks[-1]
+        sink = Sink()
+        accepted.set_result(sink)
+        return sink
 
     server = await loop.create_server(accept, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     raw, _ = await loop.create_connection(asyncio.Protocol, "127.0.0.1", port)
-    while not sinks:
-        await asyncio.sleep(0)
-    yield Pair(CorkedTransport(raw, loop), raw, sinks[0])
+    yield Pair(CorkedTransport(raw, loop), raw, await asyncio.wait_for(accepted, 5))
     raw.close()
     server.close()
     await server.wait_closed()
 
 
-async def received(sink: Sink, size: int) -> bytes:
-    while len(sink.received) < size:
-        await asyncio.sleep(0.001)
+async def received(sink: Sink, size: int, timeout: float = 5.0) -> bytes:
+    async with asyncio.timeout(timeout):
+        while len(sink.received) < size:
+            sink.grown.clear()
+            await sink.grown.wait()
     return bytes(sink.received)
 
 
@@ -84,7 +87,7 @@ async def test_abort_drops_what_is_held(pair: Pair) -> None:
     pair.corked.write(b"never sent")
     pair.corked.abort()
     await asyncio.wait_for(pair.sink.closed, 5)
-    await asyncio.sleep(0)  # the flush scheduled by the write runs, and finds nothing to send
+    pair.corked.flush()  # as the flush the write scheduled does: it finds nothing to send
     assert bytes(pair.sink.received) == b""
 
 
