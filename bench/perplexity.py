@@ -8,7 +8,11 @@ in one sequence over a paged cache twice: in chunks of 128 tokens, as the engine
 step, as decode steps run (the block kernel multiplies 1 to 8 rows otherwise than more: engine.md). Then twelve
 varied prompts are decoded greedily for 48 tokens by an engine in each mode, one prompt at a time as at one
 stream; the report counts how many outputs of each mode equal those of `none`. A mode `auto:ACT` is `auto`
-with its blocks' decode products set to ACT (float32, int16 or int8: backend/executor/cpu/block_linear.py).
+with its blocks' decode products set to ACT (float32, int16 or int8: backend/executor/cpu/block_linear.py); a
+suffix `@KV` sets the KV cache dtype (float32, float16, bfloat16; without it, the engine's default). The
+reference, first, is always `none@float32`: float weights over an exact cache.
+
+    python -m bench.perplexity --modes auto@float32,auto@float16,auto@bfloat16   # the KV cache's cost alone
 """
 
 from __future__ import annotations
@@ -63,13 +67,22 @@ def load_mode(path: Path, mode: str) -> LoadedModel:
     return loaded
 
 
-def perplexity(model: LlamaModel, ids: list[int], chunk: int) -> float:
+REFERENCE = "none@float32"
+
+
+def engine_config(model_path: Path, mode: str) -> EngineConfig:
+    """The one-stream engine a mode's greedy outputs come from, with the mode's KV cache dtype."""
+    kv = mode.partition("@")[2] or "auto"
+    return EngineConfig(model_path, kv_cache_memory=32 << 20, max_num_seqs=1, kv_cache_dtype=kv)
+
+
+def perplexity(model: LlamaModel, ids: list[int], chunk: int, kv_dtype: torch.dtype) -> float:
     """exp(mean negative log-likelihood) of each token after the first, given all tokens before it, scored
-    `chunk` tokens a forward pass."""
+    `chunk` tokens a forward pass over a cache of `kv_dtype`."""
     cfg = model.config
     blocks = -(-len(ids) // BLOCK)
     shape = (blocks, BLOCK, cfg.num_kv_heads, cfg.head_dim)
-    caches = [(torch.zeros(shape, dtype=model.dtype), torch.zeros(shape, dtype=model.dtype)) for _ in range(cfg.num_layers)]
+    caches = [(torch.zeros(shape, dtype=kv_dtype), torch.zeros(shape, dtype=kv_dtype)) for _ in range(cfg.num_layers)]
     table = torch.arange(blocks, dtype=torch.int32).view(1, blocks)
     nll, count = 0.0, 0
     for start in range(0, len(ids) - 1, chunk):
@@ -83,7 +96,7 @@ def perplexity(model: LlamaModel, ids: list[int], chunk: int) -> float:
             max_query_len=len(tokens),
             max_context_len=end,
         )
-        plan = model.ops.attention.plan(meta, BLOCK, model.dtype)
+        plan = model.ops.attention.plan(meta, BLOCK, kv_dtype)
         hidden = model(torch.tensor(tokens), torch.arange(start, end), caches, plan)
         logprobs = torch.log_softmax(model.compute_logits(hidden), dim=-1)
         targets = torch.tensor(ids[start + 1 : end + 1])
@@ -92,11 +105,11 @@ def perplexity(model: LlamaModel, ids: list[int], chunk: int) -> float:
     return math.exp(nll / count)
 
 
-def greedy_outputs(loaded: LoadedModel, model_path: Path) -> list[list[int]]:
+def greedy_outputs(loaded: LoadedModel, config: EngineConfig) -> list[list[int]]:
     tok = loaded.tokenizer
     prompts = [tok.encode(p) for p in PROMPTS]
     params = SamplingParams(max_tokens=GREEDY_TOKENS, min_tokens=GREEDY_TOKENS, temperature=0.0)
-    engine = Engine(EngineConfig(model_path, kv_cache_memory=32 << 20, max_num_seqs=1), loaded=loaded)
+    engine = Engine(config, loaded=loaded)
     try:
         return [c.token_ids for c in engine.generate_offline(prompts, params)]
     finally:
@@ -107,21 +120,24 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.perplexity", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2", help="a .gguf file, an HF folder or a named model")
     parser.add_argument("--modes", default="none,auto,int8,int4",
-                        help="comma-separated (auto:int8 and the like set auto's decode activations); none comes first")
+                        help="comma-separated MODE[:ACT][@KV] (auto:int8 sets auto's decode activations, @float16 "
+                        "the KV cache dtype); none@float32 comes first")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     model_path = resolve(args.model)
-    modes = ["none", *(m for m in args.modes.split(",") if m != "none")]
+    modes = [REFERENCE, *(m for m in args.modes.split(",") if m != REFERENCE)]
     rows: list[dict[str, object]] = []
     reference: list[list[int]] = []
     for mode in modes:
         started = time.perf_counter()
-        loaded = load_mode(model_path, mode)
+        config = engine_config(model_path, mode)
+        loaded = load_mode(model_path, mode.partition("@")[0])
         ids = loaded.tokenizer.encode(TEXT.read_text())
-        scores = {way: perplexity(loaded.model, ids, chunk) for way, chunk in CHUNKS.items()}
-        outputs = greedy_outputs(loaded, model_path)
+        kv_dtype = config.kv_torch_dtype()
+        scores = {way: perplexity(loaded.model, ids, chunk, kv_dtype) for way, chunk in CHUNKS.items()}
+        outputs = greedy_outputs(loaded, config)
         reference = reference or outputs
         same = sum(a == b for a, b in zip(outputs, reference, strict=True))
         rows.append({"mode": mode, "tokens": len(ids), "perplexity": scores["prefill"],

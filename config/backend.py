@@ -21,7 +21,10 @@ class EngineSettings(BaseModel):
 
     device: Literal["cpu", "cuda"] = "cpu"
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
-        default="auto", description="weights and KV cache dtype (auto: float32 on CPU, bfloat16 on GPU)")
+        default="auto", description="weights and activations dtype (auto: float32 on CPU, bfloat16 on GPU)")
+    kv_cache_dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
+        default="auto", description="KV cache dtype (auto: float16 on CPU with float32 weights, else the weights' "
+        "dtype); 16 bits hold twice the tokens of float32 in the same --kv-cache-memory")
     max_num_seqs: int = Field(default=64, ge=1, description="most requests in one step")
     max_num_batched_tokens: int = Field(default=1024, ge=16, description="token budget of one step")
     max_model_len: int | None = Field(default=None, ge=16, description="context window (default: the model's)")

@@ -51,7 +51,8 @@ class Engine:
             release_freed_memory()
         self.tokenizer = loaded.tokenizer
         self.model_config = loaded.config
-        num_blocks = config.kv_cache_memory // kv_block_bytes(loaded.config, config.block_size, dtype)
+        kv_dtype = config.kv_torch_dtype()
+        num_blocks = config.kv_cache_memory // kv_block_bytes(loaded.config, config.block_size, kv_dtype)
         if num_blocks < 2:
             raise ValueError(f"kv_cache_memory={config.kv_cache_memory} bytes holds fewer than 2 KV blocks")
         self.max_model_len = min(
@@ -71,13 +72,13 @@ class Engine:
         model = loaded.model
         self.runner = in_passing_thread(
             lambda: ModelRunner(
-                model, num_blocks, config.block_size, device=config.device, dtype=dtype,
+                model, num_blocks, config.block_size, device=config.device, dtype=kv_dtype,
                 cuda_graph_batch=config.max_num_seqs if config.cuda_graphs else 0,
                 max_blocks_per_seq=-(-self.max_model_len // config.block_size),
             )
         )
         self.sampler = DraftVerifier(self.tokenizer.eos_token_ids)
-        self.speculator = Speculator.build(config, self.pool, loaded.config, dtype)
+        self.speculator = Speculator.build(config, self.pool, loaded.config, dtype, kv_dtype)
         self.grammars = GrammarCompiler(self.tokenizer, timeout=config.grammar_compile_timeout)
         self._eos = frozenset(self.tokenizer.eos_token_ids)
         self._lock = threading.Condition()  # guards the scheduler, the pool, _seqs and _outputs

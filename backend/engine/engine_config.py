@@ -32,3 +32,11 @@ class EngineConfig(EngineSettings):
         if self.dtype == "auto":
             return torch.float32 if self.device == "cpu" else torch.bfloat16
         return _DTYPES[self.dtype]
+
+    def kv_torch_dtype(self) -> torch.dtype:
+        # float16 as llama.cpp's default cache: half the memory and the bytes a decode step reads, and the
+        # greedy answers of a float32 cache on the models tested (docs/engine.md); the CPU kernels widen it.
+        if self.kv_cache_dtype == "auto":
+            weights = self.torch_dtype()
+            return torch.float16 if self.device == "cpu" and weights == torch.float32 else weights
+        return _DTYPES[self.kv_cache_dtype]

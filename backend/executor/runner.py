@@ -47,7 +47,7 @@ class ModelRunner:
         block_size: int,
         *,
         device: str = "cpu",
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype = torch.float32,  # the cache's, which may differ from the weights'
         cuda_graph_batch: int = 0,
         max_blocks_per_seq: int = 0,
     ) -> None:

@@ -10,7 +10,9 @@ three steps; `--batch` takes a list, measured one after the other in one process
 first prefill step of 256 prompt tokens (logits of its last row only, as the runner asks); `--verify 2,4,6` also
 times steps whose every sequence verifies that many draft tokens (1 + k query rows, logits of each). `--thread` runs the steps in a second thread, as the engine's step loop does. Only the public
 model API is used (`load_model`, `model.ops`, `model(...)`, `compute_logits`), and checkouts from before
-`model.ops` are measured the same way, so the script compares a change against its base. `--ab-torch-rows`
+`model.ops` are measured the same way, so the script compares a change against its base. `--kv-cache-dtype
+float32,float16` times each cache dtype (the first is the one the other lines use), and the decode steps of the
+first two alternating, step by step, so that both see the same load. `--ab-torch-rows`
 also times the step with torch's row-wise ops (norms, rotation, SiLU-and-mul: `torch_ops()`'s) in place of the
 model's own, alternating step by step, so that both see the same load of a shared machine.
 """
@@ -39,29 +41,30 @@ from backend.loading.model_cache import pull
 BLOCK = 16
 
 
-def _caches(model: LlamaModel, num_blocks: int, fill: Callable[..., torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _caches(model: LlamaModel, num_blocks: int, fill: Callable[..., torch.Tensor],
+            dtype: torch.dtype = torch.float32) -> list[tuple[torch.Tensor, torch.Tensor]]:
     cfg = model.config
     shape = (num_blocks, BLOCK, cfg.num_kv_heads, cfg.head_dim)
-    return [(fill(shape), fill(shape)) for _ in range(cfg.num_layers)]
+    return [(fill(shape).to(dtype), fill(shape).to(dtype)) for _ in range(cfg.num_layers)]
 
 
 def _forward(model: LlamaModel, meta: AttentionMetadata, ids: torch.Tensor, positions: torch.Tensor,
              caches: list[tuple[torch.Tensor, torch.Tensor]], last_row_only: bool = False) -> None:
     """The model's forward and logits for one step, planned as the runner plans it."""
     ops = getattr(model, "ops", None)  # older checkouts planned inside the model, from the metadata
-    plan = meta if ops is None else ops.attention.plan(meta, BLOCK, model.dtype)
+    plan = meta if ops is None else ops.attention.plan(meta, BLOCK, caches[0][0].dtype)
     hidden = model(ids, positions, caches, plan)
     model.compute_logits(hidden[-1:] if last_row_only else hidden)
 
 
-def step_fn(model: LlamaModel, batch: int, context: int, consecutive: bool = False, rows: int = 1
-            ) -> Callable[[], None]:
-    """B sequences of C tokens of context, each computing its last `rows` tokens (1: a decode; 1 + k: the
-    verification of k draft tokens), with the logits of every row."""
+def step_fn(model: LlamaModel, batch: int, context: int, consecutive: bool = False, rows: int = 1,
+            kv_dtype: torch.dtype = torch.float32) -> Callable[[], None]:
+    """B sequences of C tokens of context in a cache of `kv_dtype`, each computing its last `rows` tokens (1: a
+    decode; 1 + k: the verification of k draft tokens), with the logits of every row."""
     cfg = model.config
     per_seq = -(-context // BLOCK)
     num_blocks = batch * per_seq + 8
-    caches = _caches(model, num_blocks, torch.randn)
+    caches = _caches(model, num_blocks, torch.randn, kv_dtype)
     order = torch.arange(num_blocks) if consecutive else torch.randperm(num_blocks)
     tables = order[: batch * per_seq].view(batch, per_seq).int()
     ids = torch.randint(1000, cfg.vocab_size, (batch * rows,))
@@ -79,10 +82,10 @@ def step_fn(model: LlamaModel, batch: int, context: int, consecutive: bool = Fal
     return step
 
 
-def prefill_fn(model: LlamaModel, tokens: int) -> Callable[[], None]:
+def prefill_fn(model: LlamaModel, tokens: int, kv_dtype: torch.dtype = torch.float32) -> Callable[[], None]:
     """One sequence's first prefill chunk of `tokens` prompt tokens over an empty cache, logits of its last row."""
     per_seq = -(-tokens // BLOCK)
-    caches = _caches(model, per_seq, torch.zeros)
+    caches = _caches(model, per_seq, torch.zeros, kv_dtype)
     table = torch.arange(per_seq, dtype=torch.int32)[None]
     ids = torch.randint(1000, model.config.vocab_size, (tokens,))
     positions = torch.arange(tokens)
@@ -184,13 +187,18 @@ def main() -> None:
                         help="draft tokens each sequence verifies (0: a plain decode); a comma-separated list for several")
     parser.add_argument("--ab-torch-rows", action="store_true",
                         help="also time steps with torch's row-wise ops, alternating with the model's own")
+    parser.add_argument("--kv-cache-dtype", default="float32",
+                        help="the KV cache's dtype; a comma-separated list times each (float32, float16, bfloat16)")
     args = parser.parse_args()
+    kv_dtypes = [getattr(torch, name) for name in args.kv_cache_dtype.split(",")]
     torch.set_num_threads(args.threads)
     model = load_model(args.model or pull("smollm2", quiet=True), quantization=args.quantization).model
     batches = [int(b) for b in args.batch.split(",")]
     drafts = [int(k) for k in args.verify.split(",")]
     results: dict[tuple[int, int], tuple[tuple[float, float], tuple[float, float]]] = {}
     ab: dict[int, tuple[float, float, float]] = {}
+    by_kv: dict[tuple[int, torch.dtype], tuple[float, float]] = {}
+    kv_pairs: dict[int, tuple[float, float, float]] = {}
     prefills: dict[int, tuple[float, float]] = {}
 
     own = model.ops if args.ab_torch_rows else None  # checkouts from before model.ops run without the A/B
@@ -199,8 +207,14 @@ def main() -> None:
         with torch.inference_mode():
             for batch in batches:
                 for k in drafts:
-                    results[batch, k] = (median_ms(step_fn(model, batch, args.context, args.consecutive, 1 + k), args.runs),
+                    step = step_fn(model, batch, args.context, args.consecutive, 1 + k, kv_dtypes[0])
+                    results[batch, k] = (median_ms(step, args.runs),
                                          median_ms(products_fn(model, batch * (1 + k)), args.runs))
+                if len(kv_dtypes) > 1:
+                    steps = [step_fn(model, batch, args.context, args.consecutive, 1, d) for d in kv_dtypes]
+                    for dtype, step in zip(kv_dtypes, steps, strict=True):
+                        by_kv[batch, dtype] = median_ms(step, args.runs)
+                    kv_pairs[batch] = paired_cpu_ms(steps[0], steps[1], args.runs)
                 if own is None and not args.profile:
                     continue
                 step = step_fn(model, batch, args.context, args.consecutive)  # a paged cache of its own: only if used
@@ -217,7 +231,7 @@ def main() -> None:
                     calls = sum(1 for event in prof.events() if event.cpu_parent is None)
                     print(f"batch {batch}: {calls / 3:.0f} torch calls per step")
             for tokens in (int(n) for n in args.prefill.split(",") if n):
-                prefills[tokens] = median_ms(prefill_fn(model, tokens), args.runs)
+                prefills[tokens] = median_ms(prefill_fn(model, tokens, kv_dtypes[0]), args.runs)
     if args.thread:
         worker = threading.Thread(target=measure)
         worker.start()
@@ -233,6 +247,13 @@ def main() -> None:
     for tokens, (prefill_ms, prefill_cpu) in prefills.items():
         print(f"prefill step, {tokens} prompt tokens, {args.threads} threads: {prefill_ms:.1f} ms median "
               f"({prefill_cpu:.1f} CPU ms)")
+    for (batch, dtype), (step_ms, step_cpu) in by_kv.items():
+        print(f"decode step, batch {batch}, context {args.context}, {str(dtype).removeprefix('torch.')} KV cache: "
+              f"{step_ms:.1f} ms median ({step_cpu:.1f} CPU ms)")
+    names = [str(d).removeprefix("torch.") for d in kv_dtypes]
+    for batch, (first_ms, second_ms, saved_ms) in kv_pairs.items():
+        print(f"batch {batch}, alternating: {names[0]} KV {first_ms:.1f} CPU ms, {names[1]} KV {second_ms:.1f}; "
+              f"median difference of {args.runs} pairs {saved_ms:.1f} CPU ms")
     for batch, (torch_ms, own_ms, saved_ms) in ab.items():
         print(f"batch {batch}, alternating: torch's row-wise ops {torch_ms:.1f} CPU ms, the model's {own_ms:.1f}; "
               f"median difference of {args.runs} pairs {saved_ms:.1f} CPU ms")

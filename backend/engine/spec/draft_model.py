@@ -67,7 +67,7 @@ class DraftModel:
 
     @classmethod
     def load(cls, path: Path, target: ModelConfig, num_blocks: int, block_size: int, *, device: str,
-             dtype: torch.dtype) -> DraftModel:
+             dtype: torch.dtype, kv_dtype: torch.dtype) -> DraftModel:
         """Load the draft model with a KV cache of `num_blocks` blocks (the target's pool's block ids)."""
         with collector_paused():
             loaded = in_passing_thread(lambda: load_model(path, device=device, dtype=dtype))
@@ -75,7 +75,7 @@ class DraftModel:
             raise ValueError(f"the draft model {path} has a vocabulary of {loaded.config.vocab_size} tokens, the "
                              f"served model {target.vocab_size}: a draft model must share the tokenizer")
         return cls(in_passing_thread(lambda: ModelRunner(loaded.model, num_blocks, block_size, device=device,
-                                                         dtype=dtype)))
+                                                         dtype=kv_dtype)))
 
     @torch.inference_mode()
     def propose(self, views: list[DraftView]) -> None:

@@ -91,13 +91,14 @@ class Speculator:
         self.stats = SpeculationStats()
 
     @classmethod
-    def build(cls, settings: EngineSettings, pool: BlockPool, target: ModelConfig, dtype: torch.dtype
-              ) -> Speculator:
-        """The engine's speculator; in draft mode it loads the draft model, its KV cache as large as the pool."""
+    def build(cls, settings: EngineSettings, pool: BlockPool, target: ModelConfig, dtype: torch.dtype,
+              kv_dtype: torch.dtype) -> Speculator:
+        """The engine's speculator; in draft mode it loads the draft model (weights in `dtype`), its KV cache as
+        large as the pool and of `kv_dtype`."""
         draft = None
         if settings.speculative == "draft" and settings.speculative_model:
             draft = DraftModel.load(Path(settings.speculative_model), target, pool.num_blocks, pool.block_size,
-                                    device=settings.device, dtype=dtype)
+                                    device=settings.device, dtype=dtype, kv_dtype=kv_dtype)
         return cls(settings.speculative, settings.num_speculative_tokens, pool, draft)
 
     def propose(self, running: list[Sequence]) -> list[DraftView]:

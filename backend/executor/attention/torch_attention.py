@@ -19,8 +19,8 @@ class _DecodeChunk:
     rows: torch.Tensor  # [m] token rows of these sequences in the step
     blocks: torch.Tensor  # [m * n] block ids to gather, n blocks per sequence (the longest one's count)
     first_block: int | None  # one sequence whose blocks are consecutive from this id: read in place, no gather
-    length: int  # the longest context; every key up to it is visible when `bias` is None
-    bias: torch.Tensor | None  # [m, 1, 1, n * block_size] 0 where a key is visible, -inf past a shorter end
+    length: int  # the longest context; every key up to it is visible when `visible` is None
+    visible: torch.Tensor | None  # [m, 1, 1, n * block_size] True where a key is visible, False past a shorter end
     one_thread: bool  # few keys: the second thread gains less than its barrier costs, most of all on a busy machine
 
 
@@ -41,12 +41,13 @@ class TorchAttentionPlan:
 class TorchAttention:
     """Paged attention with torch ops, and the C++ decode kernel (paged_kernel.py) where it serves.
 
-    Where the kernel serves (a float32 cache on the CPU, the kernel built), every sequence with at most
+    Where the kernel serves (a cache on the CPU, the kernel built), every sequence with at most
     `paged_kernel.MAX_QUERY_TOKENS` new tokens goes through it, reading the cache in place; longer prefill
     chunks keep SDPA. Without the kernel, decodes are sorted by context length and cut into chunks of about
     `decode_chunk_tokens` padded keys. Each chunk's blocks are gathered into a reused buffer small enough to
     stay in the CPU cache, so the keys and values come from memory once per layer; sorting keeps the padding
-    to the longest context small when lengths are mixed. Each prefill chunk gets its own
+    to the longest context small when lengths are mixed. A 16-bit cache is widened to the queries' dtype where
+    SDPA reads it. Each prefill chunk gets its own
     `scaled_dot_product_attention` call (its cost dwarfs the call overhead). A decode chunk of at most
     `one_thread_keys` padded keys runs on one thread, as its plan says.
     """
@@ -65,7 +66,7 @@ class TorchAttention:
         """Split the step into kernel rows or length-sorted decode chunks, and prefill chunks, once for all layers."""
         kernel = self.use_kernel and paged_kernel.serves(meta.context_lens.device, dtype)
         one_thread_keys = self.one_thread_keys if torch.get_num_threads() > 1 else -1
-        return _make_plan(meta, block_size, dtype, self.decode_chunk_tokens, one_thread_keys, kernel)
+        return _make_plan(meta, block_size, self.decode_chunk_tokens, one_thread_keys, kernel)
 
     def write_kv(
         self,
@@ -121,15 +122,16 @@ class TorchAttention:
         else:
             keys = self._gather(k_cache, chunk.blocks, 0).view(m, -1, kvh, d)
             values = self._gather(v_cache, chunk.blocks, 1).view(m, -1, kvh, d)
-        if chunk.bias is None:
+        if chunk.visible is None:
             keys, values = keys[:, : chunk.length], values[:, : chunk.length]
+        keys, values = keys.to(q.dtype), values.to(q.dtype)
         if chunk.one_thread:
             threads = torch.get_num_threads()
             torch.set_num_threads(1)  # the calling thread's OpenMP setting; restored at once
         try:
             # Heads-first views of the gathered [m, n, kvh, d]: the fused kernel reads strides, nothing is copied.
             res = F.scaled_dot_product_attention(
-                q.unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=chunk.bias, scale=scale,
+                q.unsqueeze(2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=chunk.visible, scale=scale,
                 enable_gqa=kvh != q.shape[1],
             )
         finally:
@@ -148,7 +150,7 @@ class TorchAttention:
 
 
 def _make_plan(
-    meta: AttentionMetadata, block_size: int, dtype: torch.dtype, chunk_tokens: int, one_thread_keys: int,
+    meta: AttentionMetadata, block_size: int, chunk_tokens: int, one_thread_keys: int,
     kernel: bool,
 ) -> TorchAttentionPlan:
     starts = meta.query_start_loc.tolist()
@@ -175,7 +177,7 @@ def _make_plan(
     first = 0
     if decodes and len(decodes) * _padded(max(ctx_lens[i] for i in decodes), block_size) <= chunk_tokens:
         # One chunk is padded to the longest whatever the order: keep the step's, so rows need no shuffling.
-        chunks.append(_decode_chunk(meta, decodes, [starts[i] for i in decodes], block_size, dtype, one_thread_keys))
+        chunks.append(_decode_chunk(meta, decodes, [starts[i] for i in decodes], block_size, one_thread_keys))
         first = len(decodes)
     decodes.sort(key=lambda i: ctx_lens[i])
     while first < len(decodes):
@@ -184,7 +186,7 @@ def _make_plan(
         while end < len(decodes) and (end + 1 - first) * _padded(ctx_lens[decodes[end]], block_size) <= chunk_tokens:
             end += 1
         chunk_rows = [starts[i] for i in decodes[first:end]]
-        chunks.append(_decode_chunk(meta, decodes[first:end], chunk_rows, block_size, dtype, one_thread_keys))
+        chunks.append(_decode_chunk(meta, decodes[first:end], chunk_rows, block_size, one_thread_keys))
         first = end
     covers_all_rows = starts[-1] == int(meta.slot_mapping.numel())
     decode_only = covers_all_rows and not prefills and len(decodes) == len(ctx_lens) and len(chunks) == 1
@@ -204,8 +206,7 @@ def _padded(ctx_len: int, block_size: int) -> int:
 
 
 def _decode_chunk(
-    meta: AttentionMetadata, seqs: list[int], rows: list[int], block_size: int, dtype: torch.dtype,
-    one_thread_keys: int,
+    meta: AttentionMetadata, seqs: list[int], rows: list[int], block_size: int, one_thread_keys: int
 ) -> _DecodeChunk:
     device = meta.context_lens.device
     idx = torch.tensor(seqs, dtype=torch.long, device=device)
@@ -219,13 +220,12 @@ def _decode_chunk(
         ids = table[0].tolist()
         if ids == list(range(ids[0], ids[0] + nb)):
             first_block = ids[0]
-    bias = None
+    visible = None
     if min(lengths) != length:
-        hidden = torch.arange(nb * block_size, device=device)[None, :] >= lens[:, None]
-        bias = torch.zeros(hidden.shape, dtype=dtype, device=device).masked_fill_(hidden, float("-inf"))[:, None, None]
+        visible = (torch.arange(nb * block_size, device=device)[None, :] < lens[:, None])[:, None, None]
     rows_t = torch.tensor(rows, dtype=torch.long, device=device)
-    keys = len(seqs) * (length if bias is None else nb * block_size)
-    return _DecodeChunk(rows_t, table.reshape(-1), first_block, length, bias, keys <= one_thread_keys)
+    keys = len(seqs) * (length if visible is None else nb * block_size)
+    return _DecodeChunk(rows_t, table.reshape(-1), first_block, length, visible, keys <= one_thread_keys)
 
 
 def _prefill_attention(
@@ -240,8 +240,8 @@ def _prefill_attention(
     """Attention of one sequence's chunk `[q_len, heads, d]` over its whole context."""
     q_len, _, d = q.shape
     kvh = k_cache.shape[2]
-    keys = _gather(k_cache, blocks).view(-1, kvh, d)[:ctx_len].transpose(0, 1)
-    values = _gather(v_cache, blocks).view(-1, kvh, d)[:ctx_len].transpose(0, 1)
+    keys = _gather(k_cache, blocks).view(-1, kvh, d)[:ctx_len].transpose(0, 1).to(q.dtype)
+    values = _gather(v_cache, blocks).view(-1, kvh, d)[:ctx_len].transpose(0, 1).to(q.dtype)
     mask = None
     if ctx_len > q_len:
         # Query token j sits at absolute position ctx_len - q_len + j and sees keys up to it.

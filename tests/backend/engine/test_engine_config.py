@@ -38,3 +38,10 @@ def test_auto_dtype_is_float32_on_cpu_and_bfloat16_on_cuda() -> None:
     assert EngineConfig(Path("m.gguf")).torch_dtype() is torch.float32
     assert EngineConfig(Path("m.gguf"), device="cuda").torch_dtype() is torch.bfloat16
     assert EngineConfig(Path("m.gguf"), dtype="float16").torch_dtype() is torch.float16
+
+
+def test_auto_kv_cache_dtype_is_float16_on_cpu_and_the_weights_dtype_elsewhere() -> None:
+    assert EngineConfig(Path("m.gguf")).kv_torch_dtype() is torch.float16
+    assert EngineConfig(Path("m.gguf"), dtype="bfloat16").kv_torch_dtype() is torch.bfloat16
+    assert EngineConfig(Path("m.gguf"), device="cuda").kv_torch_dtype() is torch.bfloat16
+    assert EngineConfig(Path("m.gguf"), kv_cache_dtype="float32").kv_torch_dtype() is torch.float32

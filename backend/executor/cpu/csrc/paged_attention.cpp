@@ -3,8 +3,9 @@
 // For each sequence (a few query tokens at the end of its context: one for a decode, 1 + k when k draft
 // tokens are verified), its queries walk the sequence's blocks through its block table and keep an online
 // softmax (running maximum, running sum and the weighted sum of values, all float32); each KV head serves its
-// group of query heads (GQA). The cache is [blocks, block_size, kv_heads, head_dim] float32 (see
-// attention.py). A work item is a sequence's range of blocks, all heads at once, so that it reads each block
+// group of query heads (GQA). The cache is [blocks, block_size, kv_heads, head_dim], float32, float16 or
+// bfloat16 (the engine's KV cache dtype; 16 bits halve its memory and the bytes each decode step reads); values are
+// widened to float32 as they are loaded, and everything else stays float32. A work item is a sequence's range of blocks, all heads at once, so that it reads each block
 // as one contiguous run (per KV head, its rows of a block are strided), and prefetches the next block, since a
 // scattered block table defeats the hardware prefetcher. A sequence is split into ranges only when there are
 // too few sequences to keep every thread busy; the ranges' softmax states are then merged.
@@ -12,7 +13,7 @@
 // needs AVX-512.
 //
 // write_kv puts a step's new keys and values into the same cache, one call for both (torch takes two
-// index_copy_ calls and views).
+// index_copy_ calls and views), rounding them to the cache's dtype (to nearest, as torch's .to() does).
 //
 // Registered as torch.ops.tidegate.paged_attention and .write_kv, because the extension's Python module is
 // block_matmul.cpp's.
@@ -39,11 +40,12 @@ constexpr int64_t kMinSplitBlocks = 4;  // a split range shorter than this costs
 // spinning and with sleeping OpenMP workers alike (measured, 2-core AVX2; docs/benchmarks.md).
 constexpr int64_t kSerialWork = 1 << 16;
 
+template <typename T>
 struct Cache {
-  const float* keys;
-  const float* values;
+  const T* keys;
+  const T* values;
   int64_t num_blocks, block_size, kv_heads, dim;
-  int64_t row() const { return kv_heads * dim; }  // floats between consecutive tokens of one block
+  int64_t row() const { return kv_heads * dim; }  // elements between consecutive tokens of one block
 };
 
 struct Query {
@@ -67,11 +69,12 @@ struct Item {
 // Keys of query row j (of q_len) are visible up to this many positions: causal over the verified drafts.
 inline int64_t visible(const Sequence& s, int64_t j) { return s.context - s.q_len + j + 1; }
 
-void scores_scalar(const float* q, const float* keys, int64_t row, int64_t n, int64_t dim, float scale, float* s) {
+template <typename T>
+void scores_scalar(const float* q, const T* keys, int64_t row, int64_t n, int64_t dim, float scale, float* s) {
   for (int64_t t = 0; t < n; ++t) {
-    const float* k = keys + t * row;
+    const T* k = keys + t * row;
     float dot = 0.0f;
-    for (int64_t c = 0; c < dim; ++c) dot += q[c] * k[c];
+    for (int64_t c = 0; c < dim; ++c) dot += q[c] * static_cast<float>(k[c]);
     s[t] = dot * scale;
   }
 }
@@ -80,24 +83,36 @@ void exp_scalar(float* p, int64_t n, float max) {
   for (int64_t t = 0; t < n; ++t) p[t] = std::exp(p[t] - max);
 }
 
-void accumulate_scalar(float* acc, float correction, const float* p, const float* values, int64_t row, int64_t n,
+template <typename T>
+void accumulate_scalar(float* acc, float correction, const float* p, const T* values, int64_t row, int64_t n,
                        int64_t dim) {
   for (int64_t c = 0; c < dim; ++c) acc[c] *= correction;
   for (int64_t t = 0; t < n; ++t)
-    for (int64_t c = 0; c < dim; ++c) acc[c] += p[t] * values[t * row + c];
+    for (int64_t c = 0; c < dim; ++c) acc[c] += p[t] * static_cast<float>(values[t * row + c]);
 }
 
 #if defined(__x86_64__)
-AVX2_TARGET void scores_avx2(const float* q, const float* keys, int64_t row, int64_t n, int64_t dim, float scale,
+// Eight cache values widened to float32: F16C for float16, a 16-bit shift for bfloat16 (its upper half).
+AVX2_TARGET inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+AVX2_TARGET inline __m256 load8(const c10::Half* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+AVX2_TARGET inline __m256 load8(const c10::BFloat16* p) {
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+
+template <typename T>
+AVX2_TARGET void scores_avx2(const float* q, const T* keys, int64_t row, int64_t n, int64_t dim, float scale,
                              float* s) {
   int64_t t = 0;
   for (; t + 8 <= n; t += 8) {  // eight keys at once: eight independent FMA chains, each query vector loaded once
     __m256 a[8];
     for (int i = 0; i < 8; ++i) a[i] = _mm256_setzero_ps();
-    const float* k = keys + t * row;
+    const T* k = keys + t * row;
     for (int64_t c = 0; c < dim; c += 8) {
       const __m256 qc = _mm256_loadu_ps(q + c);
-      for (int i = 0; i < 8; ++i) a[i] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + i * row + c), a[i]);
+      for (int i = 0; i < 8; ++i) a[i] = _mm256_fmadd_ps(qc, load8(k + i * row + c), a[i]);
     }
     // Horizontal sums of the eight at once: within each 128-bit lane, then the two lanes added.
     const __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
@@ -107,8 +122,8 @@ AVX2_TARGET void scores_avx2(const float* q, const float* keys, int64_t row, int
   }
   for (; t < n; ++t) {
     __m256 a = _mm256_setzero_ps();
-    const float* k = keys + t * row;
-    for (int64_t c = 0; c < dim; c += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(k + c), a);
+    const T* k = keys + t * row;
+    for (int64_t c = 0; c < dim; c += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), load8(k + c), a);
     s[t] = hsum(a) * scale;
   }
 }
@@ -121,19 +136,20 @@ AVX2_TARGET void exp_avx2(float* p, int64_t n, float max) {
 }
 
 // C vectors (8C floats) of the accumulator held in registers over all n keys: C independent FMA chains.
-template <int C>
-AVX2_TARGET void accumulate_columns_avx2(float* acc, __m256 correction, const float* p, const float* values,
+template <int C, typename T>
+AVX2_TARGET void accumulate_columns_avx2(float* acc, __m256 correction, const float* p, const T* values,
                                          int64_t row, int64_t n) {
   __m256 a[C];
   for (int c = 0; c < C; ++c) a[c] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * c), correction);
   for (int64_t t = 0; t < n; ++t) {
     const __m256 pt = _mm256_set1_ps(p[t]);
-    for (int c = 0; c < C; ++c) a[c] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(values + t * row + 8 * c), a[c]);
+    for (int c = 0; c < C; ++c) a[c] = _mm256_fmadd_ps(pt, load8(values + t * row + 8 * c), a[c]);
   }
   for (int c = 0; c < C; ++c) _mm256_storeu_ps(acc + 8 * c, a[c]);
 }
 
-AVX2_TARGET void accumulate_avx2(float* acc, float correction, const float* p, const float* values, int64_t row,
+template <typename T>
+AVX2_TARGET void accumulate_avx2(float* acc, float correction, const float* p, const T* values, int64_t row,
                                  int64_t n, int64_t dim) {
   const __m256 corr = _mm256_set1_ps(correction);
   int64_t c = 0;
@@ -143,12 +159,15 @@ AVX2_TARGET void accumulate_avx2(float* acc, float correction, const float* p, c
 }
 #endif
 
-void prefetch(const float* from, int64_t floats) {
-  for (int64_t i = 0; i < floats; i += 16) __builtin_prefetch(from + i);  // one 64-byte line per 16 floats
+template <typename T>
+void prefetch(const T* from, int64_t count) {
+  const char* bytes = reinterpret_cast<const char*>(from);
+  for (int64_t i = 0; i < count * static_cast<int64_t>(sizeof(T)); i += 64) __builtin_prefetch(bytes + i);
 }
 
 // The queries of one item (q_len rows x heads, query i = row * heads + head) against its range of blocks.
-void attend_item(const Cache& cache, const Query& query, const Sequence& s, const Item& item, float scale, bool avx2,
+template <typename T>
+void attend_item(const Cache<T>& cache, const Query& query, const Sequence& s, const Item& item, float scale, bool avx2,
                  float* state, std::vector<float>& p) {
   const int64_t dim = cache.dim, row = cache.row(), bs = cache.block_size, queries = s.q_len * query.heads;
   float* maxima = state;
@@ -160,14 +179,14 @@ void attend_item(const Cache& cache, const Query& query, const Sequence& s, cons
     const int64_t next = b + 1 < item.end_block ? s.table[b + 1] * bs * row : -1;
     const int64_t share = (bs * row / query.heads + 15) / 16 * 16;
     for (int64_t head = 0; head < query.heads; ++head) {
-      const int64_t from = head * share, floats = std::min(share, bs * row - from);
-      if (next >= 0 && floats > 0) {
-        prefetch(cache.keys + next + from, floats);
-        prefetch(cache.values + next + from, floats);
+      const int64_t from = head * share, count = std::min(share, bs * row - from);
+      if (next >= 0 && count > 0) {
+        prefetch(cache.keys + next + from, count);
+        prefetch(cache.values + next + from, count);
       }
       const int64_t offset = (s.table[b] * bs * cache.kv_heads + head / query.group) * dim;
-      const float* keys = cache.keys + offset;
-      const float* values = cache.values + offset;
+      const T* keys = cache.keys + offset;
+      const T* values = cache.values + offset;
       for (int64_t j = 0; j < s.q_len; ++j) {
         const int64_t n = std::min(bs, visible(s, j) - b * bs);
         if (n <= 0) continue;  // this row's causal limit ends before the block
@@ -229,12 +248,20 @@ void check_index(const torch::Tensor& t, const char* name, int64_t dims) {
               ": contiguous int32 on the CPU with ", dims, " dimension(s)");
 }
 
+void check_cache(const torch::Tensor& k_cache, const torch::Tensor& v_cache) {
+  const auto type = k_cache.scalar_type();
+  TORCH_CHECK((type == torch::kFloat32 || type == torch::kFloat16 || type == torch::kBFloat16) &&
+                  v_cache.scalar_type() == type && k_cache.device().is_cpu() && v_cache.device().is_cpu(),
+              "caches: float32, float16 or bfloat16 (both the same) on the CPU");
+}
+
 // out[starts[i] : starts[i] + q_lens[i]] = causal attention of those rows of q over sequence i's context.
-void paged_attention(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
-                     const torch::Tensor& out, const torch::Tensor& starts, const torch::Tensor& q_lens,
-                     const torch::Tensor& context_lens, const torch::Tensor& block_tables, double scale) {
-  for (const torch::Tensor* t : {&q, &k_cache, &v_cache, &out})
-    TORCH_CHECK(t->dtype() == torch::kFloat32 && t->device().is_cpu(), "q, caches and out: float32 on the CPU");
+template <typename T>
+void paged_attention_as(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
+                        const torch::Tensor& out, const torch::Tensor& starts, const torch::Tensor& q_lens,
+                        const torch::Tensor& context_lens, const torch::Tensor& block_tables, double scale) {
+  for (const torch::Tensor* t : {&q, &out})
+    TORCH_CHECK(t->dtype() == torch::kFloat32 && t->device().is_cpu(), "q and out: float32 on the CPU");
   TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() && out.is_contiguous() && q.stride(2) == 1,
               "caches and out contiguous, q's head_dim contiguous");
   TORCH_CHECK(q.dim() == 3 && out.sizes() == q.sizes() && k_cache.dim() == 4 && v_cache.sizes() == k_cache.sizes(),
@@ -243,8 +270,8 @@ void paged_attention(const torch::Tensor& q, const torch::Tensor& k_cache, const
   check_index(q_lens, "q_lens", 1);
   check_index(context_lens, "context_lens", 1);
   check_index(block_tables, "block_tables", 2);
-  const Cache cache{k_cache.data_ptr<float>(), v_cache.data_ptr<float>(), k_cache.size(0), k_cache.size(1),
-                    k_cache.size(2), k_cache.size(3)};
+  const Cache<T> cache{k_cache.data_ptr<T>(), v_cache.data_ptr<T>(), k_cache.size(0), k_cache.size(1),
+                       k_cache.size(2), k_cache.size(3)};
   const int64_t heads = q.size(1), tokens = q.size(0), dim = cache.dim, num_seqs = starts.size(0);
   TORCH_CHECK(q.size(2) == dim, "head_dim must match the cache");
   TORCH_CHECK(heads % cache.kv_heads == 0, "query heads must be a multiple of KV heads");
@@ -295,33 +322,92 @@ void paged_attention(const torch::Tensor& q, const torch::Tensor& k_cache, const
   for (int64_t i = 0; i < num_seqs; ++i) merge(query, seqs[i], items, first_item[i], first_item[i + 1], dim, scratch.data());
 }
 
+void paged_attention(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
+                     const torch::Tensor& out, const torch::Tensor& starts, const torch::Tensor& q_lens,
+                     const torch::Tensor& context_lens, const torch::Tensor& block_tables, double scale) {
+  check_cache(k_cache, v_cache);
+  switch (k_cache.scalar_type()) {
+    case torch::kFloat16:
+      return paged_attention_as<c10::Half>(q, k_cache, v_cache, out, starts, q_lens, context_lens, block_tables, scale);
+    case torch::kBFloat16:
+      return paged_attention_as<c10::BFloat16>(q, k_cache, v_cache, out, starts, q_lens, context_lens, block_tables,
+                                               scale);
+    default:
+      return paged_attention_as<float>(q, k_cache, v_cache, out, starts, q_lens, context_lens, block_tables, scale);
+  }
+}
+
+// n floats rounded to the cache's type: F16C's conversion for float16 (to nearest even, as c10::Half's own).
+template <typename T>
+void store(const float* from, T* to, int64_t n, bool avx2);
+
+template <>
+void store(const float* from, float* to, int64_t n, bool) { std::copy_n(from, n, to); }
+
+#if defined(__x86_64__)
+AVX2_TARGET void store_half_avx2(const float* from, c10::Half* to, int64_t n) {
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8) {
+    const __m128i half = _mm256_cvtps_ph(_mm256_loadu_ps(from + c), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(to + c), half);
+  }
+  for (; c < n; ++c) to[c] = c10::Half(from[c]);
+}
+#endif
+
+template <>
+void store(const float* from, c10::Half* to, int64_t n, bool avx2) {
+#if defined(__x86_64__)
+  if (avx2) return store_half_avx2(from, to, n);
+#endif
+  for (int64_t c = 0; c < n; ++c) to[c] = c10::Half(from[c]);
+}
+
+template <>
+void store(const float* from, c10::BFloat16* to, int64_t n, bool) {
+  for (int64_t c = 0; c < n; ++c) to[c] = c10::BFloat16(from[c]);
+}
+
+template <typename T>
+void write_rows(const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& k_cache,
+                const torch::Tensor& v_cache, const int64_t* slot) {
+  const int64_t rows = k.size(0), heads = k.size(1), dim = k.size(2);
+  const float* ks = k.data_ptr<float>();
+  const float* vs = v.data_ptr<float>();
+  T* kc = k_cache.data_ptr<T>();
+  T* vc = v_cache.data_ptr<T>();
+  const bool avx2 = use_avx2();
+  for (int64_t t = 0; t < rows; ++t) {
+    if (slot[t] < 0) continue;
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t to = (slot[t] * heads + h) * dim;
+      store(ks + t * k.stride(0) + h * k.stride(1), kc + to, dim, avx2);
+      store(vs + t * v.stride(0) + h * v.stride(1), vc + to, dim, avx2);
+    }
+  }
+}
+
 // k, v [T, kv_heads, dim] (any token and head strides, dim contiguous) into the caches at slots[t], that is
 // block * block_size + offset; a slot of -1 (a padded row) is not written.
 void write_kv(const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& k_cache,
               const torch::Tensor& v_cache, const torch::Tensor& slots) {
-  for (const torch::Tensor* t : {&k, &v, &k_cache, &v_cache})
-    TORCH_CHECK(t->dtype() == torch::kFloat32 && t->device().is_cpu(), "k, v and caches: float32 on the CPU");
+  for (const torch::Tensor* t : {&k, &v})
+    TORCH_CHECK(t->dtype() == torch::kFloat32 && t->device().is_cpu(), "k and v: float32 on the CPU");
+  check_cache(k_cache, v_cache);
   TORCH_CHECK(k_cache.dim() == 4 && v_cache.sizes() == k_cache.sizes() && k_cache.is_contiguous() &&
                   v_cache.is_contiguous(), "caches: contiguous [blocks, block_size, kv_heads, dim]");
   TORCH_CHECK(k.dim() == 3 && v.sizes() == k.sizes() && k.size(1) == k_cache.size(2) && k.size(2) == k_cache.size(3) &&
                   k.stride(2) == 1 && v.stride(2) == 1, "k and v: [T, kv_heads, dim] as the cache's, dim contiguous");
   TORCH_CHECK(slots.dtype() == torch::kInt64 && slots.dim() == 1 && slots.is_contiguous() && slots.device().is_cpu() &&
                   slots.size(0) == k.size(0), "slots: contiguous int64 on the CPU, one per row");
-  const int64_t rows = k.size(0), heads = k.size(1), dim = k.size(2), capacity = k_cache.size(0) * k_cache.size(1);
+  const int64_t rows = k.size(0), capacity = k_cache.size(0) * k_cache.size(1);
   const int64_t* slot = slots.data_ptr<int64_t>();
   for (int64_t t = 0; t < rows; ++t)
     TORCH_CHECK(slot[t] >= -1 && slot[t] < capacity, "slot ", slot[t], " outside the cache's ", capacity);
-  const float* ks = k.data_ptr<float>();
-  const float* vs = v.data_ptr<float>();
-  float* kc = k_cache.data_ptr<float>();
-  float* vc = v_cache.data_ptr<float>();
-  for (int64_t t = 0; t < rows; ++t) {
-    if (slot[t] < 0) continue;
-    for (int64_t h = 0; h < heads; ++h) {
-      const int64_t to = (slot[t] * heads + h) * dim;
-      std::copy_n(ks + t * k.stride(0) + h * k.stride(1), dim, kc + to);
-      std::copy_n(vs + t * v.stride(0) + h * v.stride(1), dim, vc + to);
-    }
+  switch (k_cache.scalar_type()) {
+    case torch::kFloat16: return write_rows<c10::Half>(k, v, k_cache, v_cache, slot);
+    case torch::kBFloat16: return write_rows<c10::BFloat16>(k, v, k_cache, v_cache, slot);
+    default: return write_rows<float>(k, v, k_cache, v_cache, slot);
   }
 }
 

@@ -41,12 +41,13 @@ def random_step(
 
 def assert_kernel_matches_sdpa(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                meta: AttentionMetadata) -> None:
+    # Both read the same cache values (a 16-bit cache widened to float32), so only summation orders differ.
     scale = 1 / math.sqrt(q.shape[-1])
     kernel, sdpa = TorchAttention(), TorchAttention(use_kernel=False)
-    plan = kernel.plan(meta, k_cache.shape[1], torch.float32)
+    plan = kernel.plan(meta, k_cache.shape[1], k_cache.dtype)
     assert plan.kernel is not None and not plan.decodes, "the kernel takes every decode"
     got = kernel.attend(q, k_cache, v_cache, plan, scale)
-    expected = sdpa.attend(q, k_cache, v_cache, sdpa.plan(meta, k_cache.shape[1], torch.float32), scale)
+    expected = sdpa.attend(q, k_cache, v_cache, sdpa.plan(meta, k_cache.shape[1], k_cache.dtype), scale)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
@@ -60,6 +61,15 @@ def test_decodes_of_mixed_lengths_match_sdpa(heads: int, kv_heads: int, dim: int
     lengths = [1, block - 1, block, block + 1, 37 * block + 5, 3 * block]
     q, k_cache, v_cache, meta = random_step([1] * len(lengths), lengths, heads, kv_heads, dim, block, seed=heads)
     assert_kernel_matches_sdpa(q, k_cache, v_cache, meta)
+
+
+@pytest.mark.usefixtures("kernel_path")
+@pytest.mark.parametrize("cache_dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(("heads", "dim"), [(9, 64), (6, 20)], ids=["smollm2", "head-dim-not-a-multiple-of-8"])
+def test_16_bit_caches_are_read_as_their_float32_values(cache_dtype: torch.dtype, heads: int, dim: int) -> None:
+    lengths = [1, 15, 16, 17, 300]
+    q, k_cache, v_cache, meta = random_step([1, 1, 5, 1, 1], lengths, heads, 3, dim, 16, seed=dim)
+    assert_kernel_matches_sdpa(q, k_cache.to(cache_dtype), v_cache.to(cache_dtype), meta)
 
 
 @pytest.mark.usefixtures("kernel_path")
@@ -84,7 +94,18 @@ def test_long_prefill_chunks_and_other_dtypes_keep_sdpa() -> None:
     attention = TorchAttention()
     plan = attention.plan(meta, 16, torch.float32)
     assert plan.kernel is not None and plan.kernel.starts.tolist() == [0] and len(plan.prefills) == 1
-    assert attention.plan(meta, 16, torch.bfloat16).kernel is None
+    assert attention.plan(meta, 16, torch.float16).kernel is not None
+    assert attention.plan(meta, 16, torch.float64).kernel is None
+
+
+def test_a_prefill_chunk_over_a_16_bit_cache_attends_its_widened_values() -> None:
+    # SDPA's path (prefill chunks, and decodes where the kernel does not serve) widens the gathered blocks.
+    q, k_cache, v_cache, meta = random_step([1, 40], [20, 70], 9, 3, 64, 16, seed=3)
+    half_k, half_v = k_cache.half(), v_cache.half()
+    for attention in (TorchAttention(), TorchAttention(use_kernel=False)):
+        got = attention.attend(q, half_k, half_v, attention.plan(meta, 16, torch.float16), 0.125)
+        expected = attention.attend(q, half_k.float(), half_v.float(), attention.plan(meta, 16, torch.float32), 0.125)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -126,3 +147,29 @@ def test_write_kv_puts_each_row_at_its_slot_and_skips_padded_rows() -> None:
     for bad, message in ((torch.tensor([0, 0, 0, 0, 24]), "slot 24 outside"), (slots.int(), "int64")):
         with pytest.raises(RuntimeError, match=message):
             paged_kernel.write_kv(k, v, k_cache, v_cache, bad)
+
+
+@pytest.mark.usefixtures("kernel_path")
+@pytest.mark.parametrize("cache_dtype", [torch.float16, torch.bfloat16])
+def test_write_kv_rounds_to_a_16_bit_cache_as_torch_does(cache_dtype: torch.dtype) -> None:
+    # 20 values a head: two vectors of eight and a tail, with values past float16's range and its subnormals.
+    kv = torch.randn(6, 2, 2, 20, generator=torch.Generator().manual_seed(1)) * torch.tensor([1e-6, 1.0, 1e5])[
+        torch.arange(20) % 3]
+    k, v = kv[:, 0], kv[:, 1]
+    slots = torch.tensor([3, -1, 0, 9, 14, 5])
+    k_cache, v_cache = torch.zeros(2, 2, 8, 2, 20, dtype=cache_dtype)
+    paged_kernel.write_kv(k, v, k_cache, v_cache, slots)
+    written = slots >= 0
+    expected_k, expected_v = torch.zeros(2, 16, 2, 20, dtype=cache_dtype)
+    expected_k.index_copy_(0, slots[written], k[written].to(cache_dtype))
+    expected_v.index_copy_(0, slots[written], v[written].to(cache_dtype))
+    assert torch.equal(k_cache.view(16, 2, 20), expected_k) and torch.equal(v_cache.view(16, 2, 20), expected_v)
+
+
+def test_caches_of_other_or_mixed_dtypes_are_refused() -> None:
+    q, k_cache, v_cache, meta = random_step([1], [20], 9, 3, 64, 16, seed=1)
+    index = torch.tensor([0], dtype=torch.int32)
+    for keys, values in ((k_cache.double(), v_cache.double()), (k_cache.half(), v_cache)):
+        with pytest.raises(RuntimeError, match="float32, float16 or bfloat16"):
+            torch.ops.tidegate.paged_attention(q, keys, values, torch.empty_like(q), index, index + 1,
+                                               meta.context_lens, meta.block_tables, 0.125)
