@@ -9,10 +9,9 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import aiohttp
-
 from common import fast_json
 from common.event_stream import DONE_EVENT, StreamEnd, data_event, error_event, json_event
+from common.http_client import AnswerBroken
 from gateway.errors import ApiError
 from gateway.path.upstream import Answer
 from gateway.records import Outcome, Usage
@@ -127,7 +126,7 @@ class StreamRelay:
             except TimeoutError:
                 self.outcome = Outcome.timeout
                 return
-            except (aiohttp.ClientError, ValueError):
+            except (AnswerBroken, ValueError):
                 break
             yield self._until_done(batch)
         if not self._done and self.outcome is Outcome.ok:
