@@ -111,7 +111,7 @@ class HttpAnswer:
         self.headers: dict[str, str] = {}  # lower-cased names; a repeated header keeps its last value
         self._client = client
         self._connection = connection
-        self._parser = httptools.HttpResponseParser(self)
+        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self._names: list[bytes] = []
         self._values: list[bytes] = []
         self._chunks: deque[bytes] = deque()
@@ -161,6 +161,7 @@ class HttpAnswer:
         if self._done:
             return
         self._done = True
+        self._parser = None  # it refers back to this answer: no cycle is left for the garbage collector
         connection = self._connection
         connection.finish()
         if self._complete and self._error is None and self._keep_alive:
@@ -172,11 +173,14 @@ class HttpAnswer:
         if self._done:
             return
         self._done = True
+        self._parser = None
         self._connection.finish()
         self._connection.close()
 
     # the protocol's side
     def _feed(self, data: bytes) -> None:
+        if self._parser is None:
+            return
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -218,6 +222,7 @@ class HttpAnswer:
         self._values.append(value)
 
     def on_headers_complete(self) -> None:
+        assert self._parser is not None
         self.status = self._parser.get_status_code()
         headers = self.headers
         for name, value in zip(self._names, self._values, strict=True):
@@ -251,6 +256,7 @@ class HttpAnswer:
 
     def on_message_complete(self) -> None:
         self._until_close = False
+        assert self._parser is not None
         self._keep_alive = self._parser.should_keep_alive()  # the parser forgets once this callback returns
         self._end_body()
 

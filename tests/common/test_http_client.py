@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import gzip
 import socket
+import ssl
+import subprocess
 import zlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import uvloop
@@ -216,3 +219,34 @@ def test_uvloop_transports_serve_the_client_as_asyncio_ones_do() -> None:
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         assert runner.run(main()) == [200, 200]
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for `localhost` and its key, as `openssl` makes them."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost"], check=True, capture_output=True)
+    return cert, key
+
+
+async def test_an_https_origin_is_reached_over_verified_tls_and_an_untrusted_one_is_connect_failed(
+        certificate: tuple[Path, Path]) -> None:
+    cert, key = certificate
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+    scripted = ScriptedServer(lambda _: (whole(b'{"tls":1}'), False))
+    server = await asyncio.start_server(scripted.handle, "localhost", 0, ssl=tls)
+    url = f"https://localhost:{server.sockets[0].getsockname()[1]}/v1"
+    trusting = HttpClient(ssl_context=ssl.create_default_context(cafile=str(cert)))
+    for _ in range(2):
+        answer = await trusting.post(url, b"{}", {}, connect=5)
+        assert await answer.read() == b'{"tls":1}'
+        answer.release()
+    assert scripted.connections == 1
+    assert b"host: localhost:" in scripted.requests[0]
+    with pytest.raises(ConnectFailed):
+        await HttpClient().post(url, b"{}", {}, connect=5)  # the system's roots do not vouch for it
+    await trusting.close()
+    server.close()
