@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import cast
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httptools
 
@@ -306,7 +306,9 @@ class HttpClient:
             if parts.scheme not in ("http", "https") or not parts.hostname:
                 raise ValueError(f"not an http(s) URL: {url!r}")
             port = parts.port or (443 if parts.scheme == "https" else 80)
-            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            # percent-encoded as a URL library would, what is already encoded kept as it is
+            path = quote(parts.path or "/", safe="/%:@!$&'()*+,;=~")
+            target = path + (f"?{quote(parts.query, safe='/%:@!$&()*+,;=~?')}" if parts.query else "")
             known = (Origin(parts.scheme, parts.hostname, port), target.encode())
             if len(self._targets) < 1024:  # channel URLs are few; anything else is not worth keeping
                 self._targets[url] = known

@@ -250,3 +250,11 @@ async def test_an_https_origin_is_reached_over_verified_tls_and_an_untrusted_one
         await HttpClient().post(url, b"{}", {}, connect=5)  # the system's roots do not vouch for it
     await trusting.close()
     server.close()
+
+
+async def test_a_target_is_percent_encoded_once(serve, client) -> None:
+    server = await serve(lambda _: (whole(b"{}"), False))
+    url = f"http://127.0.0.1:{server.port}/openai/deployments/my%20dep/é x/chat?api-version=1 2"
+    answer = await client.post(url, b"{}", {}, connect=1)
+    answer.release()
+    assert server.requests[0].startswith(b"POST /openai/deployments/my%20dep/%C3%A9%20x/chat?api-version=1%202 HTTP/1.1")
