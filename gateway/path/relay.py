@@ -48,6 +48,13 @@ def rewrite_body(answer: Answer) -> tuple[bytes, Usage | None]:
     return answer.body, usage_of(obj)
 
 
+def _parsed(data: bytes) -> Any:
+    try:
+        return fast_json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
 def outcome_error(outcome: Outcome) -> ApiError:
     """What the client is told about an answer that failed after its first token."""
     if outcome is Outcome.timeout:
@@ -89,18 +96,15 @@ class StreamRelay:
 
     async def json_chunks(self) -> AsyncIterator[dict[str, Any]]:
         """The answer's chunks as JSON objects, their usage noted; a chunk that is not one cuts the answer."""
-        async for data in self.payloads():
-            if data == DONE:
-                continue
-            try:
-                obj = fast_json.loads(data)
-            except (ValueError, RecursionError):
-                obj = None
-            if not isinstance(obj, dict):
-                self.outcome = Outcome.cut
-                return
-            self._note(obj)
-            yield obj
+        async for batch in self.batches():
+            payloads = [data for data in batch if data != DONE]
+            # a read's chunks parsed together; one that does not parse is found by parsing them one by one
+            for obj in fast_json.loads_all(payloads) or map(_parsed, payloads):
+                if not isinstance(obj, dict):
+                    self.outcome = Outcome.cut
+                    return
+                self._note(obj)
+                yield obj
 
     async def payloads(self) -> AsyncIterator[bytes]:
         """Each event's data, in order; `outcome` says how the stream ended once this is exhausted."""
