@@ -24,6 +24,9 @@ import httptools
 
 # held beyond this unread, the socket stops being read until the reader catches up
 READ_AHEAD_BYTES = 1 << 20
+# past this without the end of an answer's headers (aiohttp allowed 8190 bytes a line), the upstream is broken:
+# not a reason to hold ever more of it
+MAX_HEAD_BYTES = 64 * 1024
 KEEPALIVE_SECONDS = 30.0
 
 
@@ -114,6 +117,7 @@ class HttpAnswer:
         self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self._names: list[bytes] = []
         self._values: list[bytes] = []
+        self._head_bytes = 0
         self._chunks: deque[bytes] = deque()
         self._buffered = 0
         self._paused = False
@@ -181,6 +185,12 @@ class HttpAnswer:
     def _feed(self, data: bytes) -> None:
         if self._parser is None:
             return
+        if not self._head.done():
+            if self._head_bytes > MAX_HEAD_BYTES:  # read before this one, and the head has not ended
+                self._fail(AnswerBroken("the answer's head is too large"))
+                self._connection.close()
+                return
+            self._head_bytes += len(data)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:

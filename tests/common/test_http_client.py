@@ -258,3 +258,10 @@ async def test_a_target_is_percent_encoded_once(serve, client) -> None:
     answer = await client.post(url, b"{}", {}, connect=1)
     answer.release()
     assert server.requests[0].startswith(b"POST /openai/deployments/my%20dep/%C3%A9%20x/chat?api-version=1%202 HTTP/1.1")
+
+
+async def test_an_answer_whose_headers_never_end_is_broken_off(serve, client) -> None:
+    endless = b"HTTP/1.1 200 OK\r\n" + b"x-filler: " + b"a" * 1_000_000  # past any one read: some read starts with 64 KiB held + b"\r\n"
+    server = await serve(lambda _: (endless, False))
+    with pytest.raises(AnswerBroken):
+        await client.post(server.url, b"{}", {}, connect=1)
