@@ -106,12 +106,6 @@ class StreamRelay:
                 self._note(obj)
                 yield obj
 
-    async def payloads(self) -> AsyncIterator[bytes]:
-        """Each event's data, in order; `outcome` says how the stream ended once this is exhausted."""
-        async for batch in self.batches():
-            for data in batch:
-                yield data
-
     async def batches(self) -> AsyncIterator[list[bytes]]:
         """The events' data read by read, the held first events first, the rest under the idle and total
         deadlines (one per read, not per event), never past `[DONE]`; `outcome` says how the stream ended once
