@@ -55,8 +55,9 @@ class Proxy:
         """One request of any inbound API, served as chat, completions or embeddings and answered in the API's
         shape by its `wire`; `key` is given for work the gateway runs for a key it already knows (a batch line)."""
         request_id = request_id_of(request.headers)
-        trace = self.tracing.start_request("POST", request.url.path, request_id, request.headers)
-        exchange = Exchange(self.quota, self.metrics, request_id, request.url.path, self._renew_interval, trace)
+        path = request.scope["path"]  # an inference route's own path: `request.url` would rebuild the whole URL
+        trace = self.tracing.start_request("POST", path, request_id, request.headers)
+        exchange = Exchange(self.quota, self.metrics, request_id, path, self._renew_interval, trace)
         ask: UpstreamRequest | None = None
         departure = Departure(request.receive)
         try:

@@ -9,10 +9,9 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import aiohttp
-
 from common import fast_json
 from common.event_stream import DONE_EVENT, StreamEnd, data_event, error_event, json_event
+from common.http_client import AnswerBroken
 from gateway.errors import ApiError
 from gateway.path.upstream import Answer
 from gateway.records import Outcome, Usage
@@ -47,6 +46,13 @@ def rewrite_body(answer: Answer) -> tuple[bytes, Usage | None]:
         obj["model"] = answer.model
         return json.dumps(obj, separators=(",", ":")).encode(), usage_of(obj)
     return answer.body, usage_of(obj)
+
+
+def _parsed(data: bytes) -> Any:
+    try:
+        return fast_json.loads(data)
+    except (ValueError, RecursionError):
+        return None
 
 
 def outcome_error(outcome: Outcome) -> ApiError:
@@ -90,24 +96,15 @@ class StreamRelay:
 
     async def json_chunks(self) -> AsyncIterator[dict[str, Any]]:
         """The answer's chunks as JSON objects, their usage noted; a chunk that is not one cuts the answer."""
-        async for data in self.payloads():
-            if data == DONE:
-                continue
-            try:
-                obj = fast_json.loads(data)
-            except (ValueError, RecursionError):
-                obj = None
-            if not isinstance(obj, dict):
-                self.outcome = Outcome.cut
-                return
-            self._note(obj)
-            yield obj
-
-    async def payloads(self) -> AsyncIterator[bytes]:
-        """Each event's data, in order; `outcome` says how the stream ended once this is exhausted."""
         async for batch in self.batches():
-            for data in batch:
-                yield data
+            payloads = [data for data in batch if data != DONE]
+            # a read's chunks parsed together; one that does not parse is found by parsing them one by one
+            for obj in fast_json.loads_all(payloads) or map(_parsed, payloads):
+                if not isinstance(obj, dict):
+                    self.outcome = Outcome.cut
+                    return
+                self._note(obj)
+                yield obj
 
     async def batches(self) -> AsyncIterator[list[bytes]]:
         """The events' data read by read, the held first events first, the rest under the idle and total
@@ -127,7 +124,7 @@ class StreamRelay:
             except TimeoutError:
                 self.outcome = Outcome.timeout
                 return
-            except (aiohttp.ClientError, ValueError):
+            except (AnswerBroken, ValueError):
                 break
             yield self._until_done(batch)
         if not self._done and self.outcome is Outcome.ok:

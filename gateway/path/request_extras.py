@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 from typing import Any
@@ -35,6 +36,11 @@ def cache_scope_salt(key: KeyInfo, secret: bytes) -> str | None:
     if key.cache_scope == "shared":
         return None
     scope = f"tidegate-key:{key.id}" if key.cache_scope == "key" else f"tidegate-account:{key.account_id}"
+    return _salt(secret, scope)
+
+
+@functools.lru_cache(maxsize=65536)  # asked twice a request (routing and extras), the same for every request of a key
+def _salt(secret: bytes, scope: str) -> str:
     # keyed, so that a guess from an account id cannot be checked against the upstream's cache
     return hmac.new(secret, scope.encode(), hashlib.sha256).hexdigest()[:32]
 

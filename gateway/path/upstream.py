@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-import aiohttp
-
 from common import fast_json
+from common.http_client import AnswerBroken, ConnectFailed, ConnectTimeout, HttpAnswer, HttpClient
 from config import Retries
 from gateway.channels.affinity import RoutedPrefix
 from gateway.channels.kinds import kind_of
@@ -48,6 +47,7 @@ class FailureKind(StrEnum):
     broken = "broken"  # the connection broke or the answer was not HTTP/SSE we can read
 
 
+USER_AGENT = "tidegate-gateway"
 # first-token timeouts: the same channel is never tried again for the request
 SLOW = (FailureKind.first_token, FailureKind.held)
 
@@ -87,7 +87,7 @@ class Answer:
     model: str  # the public model that served: the one asked for, or a fallback
     upstream_model: str
     status: int
-    response: aiohttp.ClientResponse
+    response: HttpAnswer
     attempts: int
     body: bytes = b""  # the whole body, when not streamed upstream or not 2xx
     first_events: list[bytes] = field(default_factory=list)  # events up to and including the first token
@@ -119,7 +119,7 @@ def _judge(channel: ChannelState, model: str, ok: bool | None) -> None:
 class UpstreamClient:
     """Sends one request to the channels serving its model, retrying within the request's deadline."""
 
-    def __init__(self, router: Router, retries: Retries, client: aiohttp.ClientSession,
+    def __init__(self, router: Router, retries: Retries, client: HttpClient,
                  rng: random.Random | None = None, limits: ChannelLimits | None = None):
         self._router = router
         self._limits = limits
@@ -194,7 +194,7 @@ class UpstreamClient:
             raise AttemptFailed(FailureKind.timeout, "the request's deadline passed")
         channel.in_flight += 1
         channel.counters(model).attempts += 1
-        response: aiohttp.ClientResponse | None = None
+        response: HttpAnswer | None = None
         failure: AttemptFailed
         try:
             async with asyncio.timeout(min(timeouts.first_token, remaining)):
@@ -207,17 +207,16 @@ class UpstreamClient:
             await _give_up(channel, model, response, refused)
             raise
         except TimeoutError as exc:
-            # aiohttp's connect timeout is a TimeoutError too: a deadline (504, as nginx and Envoy answer),
-            # not a refusal (502)
-            if isinstance(exc, aiohttp.ClientError):
+            # the connect deadline is a deadline (504, as nginx and Envoy answer), not a refusal (502)
+            if isinstance(exc, ConnectTimeout):
                 failure = AttemptFailed(FailureKind.timeout, type(exc).__name__)
             elif response is not None and response.status < 300:
                 failure = AttemptFailed(FailureKind.held, "no first token in time")
             else:
                 failure = AttemptFailed(FailureKind.first_token, "no first token in time")
-        except aiohttp.ClientConnectorError as exc:
-            failure = AttemptFailed(FailureKind.connect, f"cannot connect: {type(exc).__name__}")
-        except (aiohttp.ClientError, ValueError) as exc:
+        except ConnectFailed as exc:
+            failure = AttemptFailed(FailureKind.connect, f"cannot connect: {type(exc.__cause__ or exc).__name__}")
+        except (AnswerBroken, ValueError) as exc:
             failure = AttemptFailed(FailureKind.broken, type(exc).__name__)
         except BaseException:
             # cancelled (client left): no verdict on the channel, but free its slot
@@ -227,7 +226,7 @@ class UpstreamClient:
         raise failure
 
     async def _send(self, channel: ChannelState, request: UpstreamRequest, upstream_model: str,
-                    headers: dict[str, str]) -> aiohttp.ClientResponse:
+                    headers: dict[str, str]) -> HttpAnswer:
         body = dict(request.body)
         body["model"] = upstream_model
         body.update({name: value for name, value in request.extras.items() if name in channel.config.extras})
@@ -238,15 +237,13 @@ class UpstreamClient:
         wire = kind_of(channel.config).call(channel.config, request.path, body)
         headers.update(wire.headers)
         headers["content-type"] = "application/json"
+        headers.setdefault("user-agent", USER_AGENT)  # some APIs' front doors refuse a request without one
         # a compressed answer would have to be decoded before its usage can be read; ask for it plain
         headers["accept-encoding"] = "identity"
         if request.request_id:
             headers["x-request-id"] = request.request_id
-        t = channel.timeouts
-        # the first-token and idle deadlines are enforced around reads; aiohttp only bounds the connect
-        timeout = aiohttp.ClientTimeout(total=None, connect=t.connect, sock_connect=t.connect)
-        return await self._client.post(wire.url, data=fast_json.dumps(wire.body), headers=headers,
-                                       timeout=timeout)
+        # the first-token and idle deadlines are enforced around reads; the client only bounds the connect
+        return await self._client.post(wire.url, fast_json.dumps(wire.body), headers, connect=channel.timeouts.connect)
 
     async def _read_head(self, answer: Answer, client_stream: bool, stream: bool) -> None:
         status = answer.status
@@ -263,7 +260,7 @@ class UpstreamClient:
         if not stream or status >= 300 or whole:
             answer.body = wire.whole(status, await answer.response.read())
             return
-        answer.events = wire.events(split_events(answer.response.content.iter_any()))
+        answer.events = wire.events(split_events(answer.response.chunks()))
         async for batch in answer.events:
             for at, data in enumerate(batch):
                 if data == DONE or has_content(fast_json.loads(data)):
@@ -279,7 +276,7 @@ def streams_upstream(channel: ChannelState, request: UpstreamRequest) -> bool:
     return request.stream or (request.streamable and channel.config.stream_upstream)
 
 
-async def _give_up(channel: ChannelState, model: str, response: aiohttp.ClientResponse | None,
+async def _give_up(channel: ChannelState, model: str, response: HttpAnswer | None,
                    failure: AttemptFailed | None) -> None:
     channel.in_flight -= 1
     # a 429 says the channel is busy, not broken, and a held first token is the request's: neither counts
@@ -289,7 +286,7 @@ async def _give_up(channel: ChannelState, model: str, response: aiohttp.ClientRe
         _close(response, reuse=False)
 
 
-def _close(response: aiohttp.ClientResponse, reuse: bool) -> None:
+def _close(response: HttpAnswer, reuse: bool) -> None:
     """Give the connection back to the pool only after a complete answer; anything else may be mid-body."""
     if reuse:
         response.release()
@@ -297,7 +294,7 @@ def _close(response: aiohttp.ClientResponse, reuse: bool) -> None:
         response.close()
 
 
-def _retry_after(response: aiohttp.ClientResponse) -> float | None:
+def _retry_after(response: HttpAnswer) -> float | None:
     value = response.headers.get("retry-after-ms")
     try:
         if value is not None:

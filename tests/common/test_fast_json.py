@@ -47,3 +47,14 @@ def test_a_response_refuses_nan_as_starlette_does() -> None:
     with pytest.raises(ValueError):
         fast_json.FastJSONResponse({"a": math.nan})
     assert fast_json.FastJSONResponse({"a": "é"}).body == '{"a":"é"}'.encode()
+
+
+def test_reading_many_gives_each_ones_value_or_leaves_them_to_be_read_one_by_one() -> None:
+    chunks = [b'{"id":"c","created":1733500000,"choices":[{"delta":{"content":"a"}}]}', b'{"usage":{"p":1}}']
+    assert repr(fast_json.loads_all(chunks)) == repr([json.loads(c) for c in chunks])
+    assert fast_json.loads_all([]) == []
+    # whatever orjson would not read as json does (a long integer, NaN, a broken text) is read one by one
+    for odd in (b'{"seed":123456789012345678901234567890}', b'{"a":NaN}', b'{"a":1'):
+        assert fast_json.loads_all([chunks[0], odd]) is None
+    # digits on both sides of the join make no long run of their own
+    assert fast_json.loads_all([b"1234567890", b"1234567890"]) == [1234567890, 1234567890]

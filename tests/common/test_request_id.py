@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from common.request_id import request_id
 
 
@@ -11,3 +13,11 @@ def test_a_sane_caller_request_id_is_kept_and_anything_else_replaced() -> None:
         fresh = request_id({"x-request-id": bad})
         assert fresh != bad and len(fresh) == 32
     assert len(request_id({})) == 32
+
+
+def test_a_new_request_id_is_a_random_uuid_in_hex() -> None:
+    ids = {request_id({}) for _ in range(1000)}
+    assert len(ids) == 1000
+    for fresh in ids:
+        parsed = uuid.UUID(hex=fresh)
+        assert (parsed.version, parsed.variant, parsed.hex) == (4, uuid.RFC_4122, fresh)

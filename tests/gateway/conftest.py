@@ -6,10 +6,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 import yaml
 
+from common.http_client import HttpClient
 from tests.backend.backend_process import BackendProcess
 from tests.gateway.admin_clients import AdminGateway
 from tests.gateway.harness import ADMIN_KEY, GatewayHarness, settings_for
@@ -49,10 +49,11 @@ async def gateway_for(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[G
 
 
 @pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
+async def session() -> AsyncIterator[HttpClient]:
     """The HTTP client the upstream client sends with, closed after the test."""
-    async with aiohttp.ClientSession() as client:
-        yield client
+    client = HttpClient()
+    yield client
+    await client.close()
 
 
 @pytest.fixture

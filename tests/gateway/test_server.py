@@ -134,7 +134,7 @@ async def test_sigterm_stops_accepting_but_lets_a_stream_in_flight_finish(upstre
                         await http.get(f"{url}/health")
                     except httpx.ConnectError:
                         return True
-                    except httpx.RemoteProtocolError:  # accepted while the listener was closing
+                    except (httpx.RemoteProtocolError, httpx.ReadError):  # accepted while the listener was closing
                         return False
                     return False
 

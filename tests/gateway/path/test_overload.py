@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import aiohttp
 import pytest
 
+from common.http_client import HttpClient
 from gateway.errors import ApiError
 from tests.gateway.path.test_upstream import Start, channel, client_for, request
 from tests.gateway.upstreams import Fault
 
 
 async def test_an_overloaded_upstream_fails_over_and_keeps_its_breaker_closed(
-        upstreams: Start, session: aiohttp.ClientSession) -> None:
+        upstreams: Start, session: HttpClient) -> None:
     shedding, healthy = await upstreams(Fault.overloaded), await upstreams()
     states = [channel("shedding", shedding.base_url), channel("healthy", healthy.base_url)]
     client = client_for(session, states)
@@ -23,7 +23,7 @@ async def test_an_overloaded_upstream_fails_over_and_keeps_its_breaker_closed(
 
 
 async def test_overload_everywhere_is_a_503_with_retry_after_not_a_502(
-        upstreams: Start, session: aiohttp.ClientSession) -> None:
+        upstreams: Start, session: HttpClient) -> None:
     shedding = await upstreams(Fault.overloaded)
     state = channel("shedding", shedding.base_url)
     with pytest.raises(ApiError) as refused:

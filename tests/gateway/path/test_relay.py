@@ -6,9 +6,8 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 
-import aiohttp
-
 from common.event_stream import StreamEnd
+from common.http_client import HttpClient
 from config import Breaker, Channel, Retries, Timeouts
 from gateway.channels.router import Router
 from gateway.channels.state import ChannelState
@@ -20,7 +19,7 @@ from tests.gateway.upstreams import Fault, MockUpstream
 Start = Callable[..., Awaitable[MockUpstream]]
 
 
-async def answer_from(session: aiohttp.ClientSession, upstream: MockUpstream, stream: bool,
+async def answer_from(session: HttpClient, upstream: MockUpstream, stream: bool,
                       max_tokens: int = 6, stream_upstream: bool = True) -> Answer:
     config = Channel(name="c", base_url=upstream.base_url, models={"public": "private"},
                      stream_upstream=stream_upstream)
@@ -43,7 +42,7 @@ async def relay_all(relay: StreamRelay) -> list[bytes]:
     return [event + b"\n\n" for event in b"".join(written).split(b"\n\n")[:-1]]
 
 
-async def test_usage_is_read_then_stripped_when_the_client_did_not_ask_for_it(upstreams: Start, session: aiohttp.ClientSession) -> None:
+async def test_usage_is_read_then_stripped_when_the_client_did_not_ask_for_it(upstreams: Start, session: HttpClient) -> None:
     answer = await answer_from(session, await upstreams(), stream=True)
     relay = StreamRelay(answer, wants_usage=False, deadline=time.monotonic() + 5, idle=1)
     events = await relay_all(relay)
@@ -55,14 +54,14 @@ async def test_usage_is_read_then_stripped_when_the_client_did_not_ask_for_it(up
     assert answer.channel.in_flight == 0
 
 
-async def test_usage_is_kept_when_the_client_asked_for_it(upstreams: Start, session: aiohttp.ClientSession) -> None:
+async def test_usage_is_kept_when_the_client_asked_for_it(upstreams: Start, session: HttpClient) -> None:
     relay = StreamRelay(await answer_from(session, await upstreams(), stream=True), wants_usage=True,
                         deadline=time.monotonic() + 5, idle=1)
     events = await relay_all(relay)
     assert json.loads(events[-2][6:])["usage"]["completion_tokens"] == 6
 
 
-async def test_a_stream_cut_halfway_ends_with_an_error_event_and_a_channel_failure(upstreams: Start, session: aiohttp.ClientSession) -> None:
+async def test_a_stream_cut_halfway_ends_with_an_error_event_and_a_channel_failure(upstreams: Start, session: HttpClient) -> None:
     answer = await answer_from(session, await upstreams(Fault.cut), stream=True, max_tokens=8)
     relay = StreamRelay(answer, wants_usage=False, deadline=time.monotonic() + 5, idle=1)
     events = await relay_all(relay)
@@ -72,7 +71,7 @@ async def test_a_stream_cut_halfway_ends_with_an_error_event_and_a_channel_failu
     assert answer.channel.counters("public").failures == 1
 
 
-async def test_an_upstream_stalling_mid_stream_hits_the_idle_deadline(upstreams: Start, session: aiohttp.ClientSession) -> None:
+async def test_an_upstream_stalling_mid_stream_hits_the_idle_deadline(upstreams: Start, session: HttpClient) -> None:
     slow = await upstreams()
     slow.stall_at = 3
     answer = await answer_from(session, slow, stream=True)
@@ -83,7 +82,7 @@ async def test_an_upstream_stalling_mid_stream_hits_the_idle_deadline(upstreams:
     assert time.monotonic() - started < 1.0
 
 
-async def test_a_whole_answer_gets_the_public_model_name_and_its_usage_read(upstreams: Start, session: aiohttp.ClientSession) -> None:
+async def test_a_whole_answer_gets_the_public_model_name_and_its_usage_read(upstreams: Start, session: HttpClient) -> None:
     answer = await answer_from(session, await upstreams(), stream=False, stream_upstream=False)
     body, usage = rewrite_body(answer)
     await answer.finish(True)

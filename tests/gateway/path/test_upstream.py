@@ -6,9 +6,9 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 
-import aiohttp
 import pytest
 
+from common.http_client import HttpClient
 from config import Breaker, Channel, Retries, Timeouts
 from gateway.channels.router import Router
 from gateway.channels.state import ChannelState
@@ -26,7 +26,7 @@ def channel(name: str, base_url: str, *, priority: int = 0) -> ChannelState:
     return ChannelState(config, FAST, Breaker(consecutive_failures=2, cooldown=60.0))
 
 
-def client_for(session: aiohttp.ClientSession, channels: list[ChannelState], attempts: int = 4) -> UpstreamClient:
+def client_for(session: HttpClient, channels: list[ChannelState], attempts: int = 4) -> UpstreamClient:
     retries = Retries(max_attempts=attempts, backoff_base=0.01, backoff_max=0.05)
     return UpstreamClient(Router(channels, random.Random(7)), retries, session, random.Random(7))
 
@@ -36,7 +36,7 @@ def request(stream: bool = False, total: float = 5.0) -> UpstreamRequest:
     return UpstreamRequest("m", "/chat/completions", body, stream, time.monotonic() + total)
 
 
-async def test_every_request_fails_over_to_the_healthy_channel_and_bad_breakers_open(upstreams: Start, session: aiohttp.ClientSession) -> None:
+async def test_every_request_fails_over_to_the_healthy_channel_and_bad_breakers_open(upstreams: Start, session: HttpClient) -> None:
     failing, hanging, healthy = await upstreams(Fault.error_500), await upstreams(Fault.hang), await upstreams()
     refusing = channel("refuse", f"http://127.0.0.1:{free_port()}/v1")
     channels = [refusing, channel("500", failing.base_url), channel("hang", hanging.base_url),
@@ -56,7 +56,7 @@ async def test_every_request_fails_over_to_the_healthy_channel_and_bad_breakers_
     assert healthy.attempts == 6 and all(c.in_flight == 0 for c in channels)
 
 
-async def test_a_lower_tier_is_used_only_when_the_first_tier_has_nothing_usable(upstreams: Start, session: aiohttp.ClientSession) -> None:
+async def test_a_lower_tier_is_used_only_when_the_first_tier_has_nothing_usable(upstreams: Start, session: HttpClient) -> None:
     first, second = await upstreams(), await upstreams()
     channels = [channel("first", first.base_url), channel("second", second.base_url, priority=1)]
     client = client_for(session, channels)
@@ -69,7 +69,7 @@ async def test_a_lower_tier_is_used_only_when_the_first_tier_has_nothing_usable(
     assert second.attempts == 3 and first.attempts <= 5
 
 
-async def test_a_hanging_only_channel_answers_504_within_the_deadline(upstreams: Start, session: aiohttp.ClientSession) -> None:
+async def test_a_hanging_only_channel_answers_504_within_the_deadline(upstreams: Start, session: HttpClient) -> None:
     hanging = await upstreams(Fault.hang)
     client = client_for(session, [channel("hang", hanging.base_url)], attempts=10)
     started = time.monotonic()
@@ -79,7 +79,7 @@ async def test_a_hanging_only_channel_answers_504_within_the_deadline(upstreams:
     assert time.monotonic() - started < 1.5
 
 
-async def test_a_429_alone_is_retried_after_its_retry_after_then_reported_as_503(upstreams: Start, session: aiohttp.ClientSession) -> None:
+async def test_a_429_alone_is_retried_after_its_retry_after_then_reported_as_503(upstreams: Start, session: HttpClient) -> None:
     busy = await upstreams(Fault.rate_limited)
     state = channel("busy", busy.base_url)
     client = client_for(session, [state], attempts=3)
@@ -91,7 +91,7 @@ async def test_a_429_alone_is_retried_after_its_retry_after_then_reported_as_503
     assert state.breaker("m").state.value == "closed"  # busy is not broken
 
 
-async def test_no_channel_for_the_model_is_a_503_with_retry_after(session: aiohttp.ClientSession) -> None:
+async def test_no_channel_for_the_model_is_a_503_with_retry_after(session: HttpClient) -> None:
     state = channel("down", "http://127.0.0.1:1/v1")
     state.healthy = False
     with pytest.raises(ApiError) as refused:
@@ -99,7 +99,7 @@ async def test_no_channel_for_the_model_is_a_503_with_retry_after(session: aioht
     assert refused.value.status == 503 and refused.value.code == "no_healthy_channel"
 
 
-async def test_a_streamed_attempt_asks_the_upstream_for_usage(upstreams: Start, session: aiohttp.ClientSession) -> None:
+async def test_a_streamed_attempt_asks_the_upstream_for_usage(upstreams: Start, session: HttpClient) -> None:
     healthy = await upstreams()
     answer = await client_for(session, [channel("ok", healthy.base_url)]).call(request(stream=True))
     await answer.finish(True)
