@@ -60,10 +60,10 @@ def _from_hf_file(path: Path) -> dict[str, Any]:
 
 
 def _from_gguf(path: Path) -> dict[str, Any]:
-    from gguf import GGUFReader
+    from backend.loading.gguf_file import read_header
 
-    fields = GGUFReader(path).fields
-    return _typed({field: fields[key].contents() for key, field in _GGUF_KEYS.items() if key in fields})
+    metadata = read_header(path).metadata
+    return _typed({field: metadata[key] for key, field in _GGUF_KEYS.items() if key in metadata})
 
 
 def _shipped(file_name: str) -> dict[str, Any]:

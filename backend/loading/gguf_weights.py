@@ -19,6 +19,7 @@ from gguf.quants import dequantize
 from backend.executor.cpu.quant_blocks import BLOCK_BYTES, BlockQuantized, Weight
 from backend.executor.model.config import SUPPORTED_ARCHITECTURES, ModelConfig, UnsupportedModelError
 from backend.executor.model.families import FAMILIES
+from backend.loading.gguf_file import TensorInfo, read_header, read_tensor
 
 log = logging.getLogger(__name__)
 _FLOATS = frozenset(GGMLQuantizationType[name] for name in ("F32", "F16", "BF16"))
@@ -88,7 +89,8 @@ class GGUFContents:
 
 
 def read_metadata(reader: GGUFReader) -> dict[str, Any]:
-    """All key/values of the file as Python values (strings, numbers, lists)."""
+    """All key/values of the file as Python values (strings, numbers, lists), as the `gguf` package reads them:
+    the reference `gguf_file.read_header`'s metadata equals."""
     return {key: field.contents() for key, field in reader.fields.items() if not key.startswith("GGUF.")}
 
 
@@ -96,55 +98,55 @@ def read_gguf(path: Path, *, keep_blocks: bool = False) -> GGUFContents:
     """Parse metadata and dequantise every tensor (with `keep_blocks`, all but the Q4_0, Q4_1, Q8_0, Q4_K, Q5_K
     and Q6_K matrices and stacks of them);
     fails naming an unsupported architecture or tensor type."""
-    reader = GGUFReader(path)
-    metadata = read_metadata(reader)
-    tensors = {t.name: t for t in reader.tensors}
+    header = read_header(path)
+    metadata = header.metadata
+    tensors = {t.name: t for t in header.tensors}
     embed = tensors.get("token_embd.weight")
     if embed is None:
         raise UnsupportedModelError(f"{path.name} has no token_embd.weight tensor")
     config = ModelConfig.from_gguf_metadata(
         metadata, vocab_size=int(embed.shape[-1]), tied="output.weight" not in tensors
     )
-    for t in reader.tensors:
+    for t in header.tensors:
         if t.tensor_type not in SUPPORTED_TENSOR_TYPES:
             raise UnsupportedModelError(
                 f"tensor {t.name} has unsupported type {t.tensor_type.name}; supported: "
                 + ", ".join(sorted(q.name for q in SUPPORTED_TENSOR_TYPES))
             )
-    _warn_dequantized(path, reader, config.architecture)
+    _warn_dequantized(path, header.tensors, config.architecture)
     family = FAMILIES[config.architecture]
     names = layer_names(config.architecture)
     freq_factors = None
     weights: dict[str, Weight] = {}
-    for name, t in tensors.items():
-        if name in _UNUSED:
-            continue
-        # GGUF lists dims fastest-first; torch wants them slowest-first.
-        shape = tuple(int(n) for n in reversed(t.shape.tolist()))
-        tensor: Weight
-        if keep_blocks and t.tensor_type.name in BLOCK_BYTES and len(shape) >= 2:
-            # A stack of matrices (a MoE layer's experts, `[experts, out, in]`) is kept as all its rows.
-            rows = int(np.prod(shape[:-1]))
-            raw = np.array(t.data, dtype=np.uint8).reshape(rows, -1)
-            tensor = BlockQuantized(t.tensor_type.name, torch.from_numpy(raw), (rows, shape[-1]))
-        else:
-            array = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
-            if not array.flags.writeable:  # F32 tensors come back as views of the read-only memory map
-                array = array.copy()
-            tensor = torch.from_numpy(np.ascontiguousarray(array).reshape(shape))
-        if name in _ROPE_FREQS:
-            assert isinstance(tensor, torch.Tensor)
-            freq_factors = tensor
-            continue
-        hf_name = _hf_name(name, names)
-        if family.GGUF_NORM_SHIFT and hf_name.endswith("norm.weight"):
-            assert isinstance(tensor, torch.Tensor)
-            tensor = tensor - family.GGUF_NORM_SHIFT
-        if family.GGUF_PERMUTED_QK and ".self_attn.q_proj." in hf_name:
-            tensor = _unpermute(tensor, config.num_heads)
-        elif family.GGUF_PERMUTED_QK and ".self_attn.k_proj." in hf_name:
-            tensor = _unpermute(tensor, config.num_kv_heads)
-        weights[hf_name] = tensor
+    with path.open("rb", buffering=0) as file:
+        for name, t in tensors.items():
+            if name in _UNUSED:
+                continue
+            # GGUF lists dims fastest-first; torch wants them slowest-first.
+            shape = tuple(reversed(t.shape))
+            data = read_tensor(file, header, t)
+            tensor: Weight
+            if keep_blocks and t.tensor_type.name in BLOCK_BYTES and len(shape) >= 2:
+                # A stack of matrices (a MoE layer's experts, `[experts, out, in]`) is kept as all its rows.
+                rows = int(np.prod(shape[:-1]))
+                tensor = BlockQuantized(t.tensor_type.name, torch.from_numpy(data.reshape(rows, -1)), (rows, shape[-1]))
+            else:
+                array = np.asarray(dequantize(data, t.tensor_type), dtype=np.float32)
+                del data  # a block type's bytes, before the next tensor's arrive
+                tensor = torch.from_numpy(np.ascontiguousarray(array).reshape(shape))
+            if name in _ROPE_FREQS:
+                assert isinstance(tensor, torch.Tensor)
+                freq_factors = tensor
+                continue
+            hf_name = _hf_name(name, names)
+            if family.GGUF_NORM_SHIFT and hf_name.endswith("norm.weight"):
+                assert isinstance(tensor, torch.Tensor)
+                tensor = tensor - family.GGUF_NORM_SHIFT
+            if family.GGUF_PERMUTED_QK and ".self_attn.q_proj." in hf_name:
+                tensor = _unpermute(tensor, config.num_heads)
+            elif family.GGUF_PERMUTED_QK and ".self_attn.k_proj." in hf_name:
+                tensor = _unpermute(tensor, config.num_kv_heads)
+            weights[hf_name] = tensor
     return GGUFContents(metadata, config, weights, freq_factors)
 
 
@@ -153,11 +155,11 @@ def layer_names(architecture: str) -> dict[str, str]:
     return {**_LAYER_NAMES, **FAMILIES[architecture].GGUF_NAMES}
 
 
-def _warn_dequantized(path: Path, reader: GGUFReader, architecture: str) -> None:
+def _warn_dequantized(path: Path, tensors: list[TensorInfo], architecture: str) -> None:
     """One line for the quantized types no kernel computes: they load as float32, several times their size."""
     counts: Counter[str] = Counter()
     extra_bytes = 0
-    for t in reader.tensors:
+    for t in tensors:
         if t.tensor_type in _FLOATS or tensor_support(architecture, t.tensor_type.name) != "dequantized":
             continue
         counts[t.tensor_type.name] += 1

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
 from safetensors.torch import load_file
 
+from backend.executor.cpu.quant_blocks import Weight
 from backend.executor.model.config import ModelConfig, UnsupportedModelError
 
 
-def read_hf_folder(folder: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+def read_hf_folder(folder: Path) -> tuple[ModelConfig, dict[str, Weight]]:
     """The config and every tensor (float32, Hugging Face names) of a transformers checkpoint folder."""
     config_file = folder / "config.json"
     if not config_file.exists():
@@ -20,7 +20,7 @@ def read_hf_folder(folder: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     shards = sorted(folder.glob("*.safetensors"))
     if not shards:
         raise UnsupportedModelError(f"{folder} has no *.safetensors weights")
-    weights: dict[str, torch.Tensor] = {}
+    weights: dict[str, Weight] = {}
     for shard in shards:
         for name, tensor in load_file(str(shard)).items():
             # Rotary caches saved by old checkpoints are recomputed, not loaded.

@@ -59,12 +59,18 @@ def measure(name: str, tree: Path, model: Path, args: argparse.Namespace, workdi
         stack.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def tree_arguments(description: str, model_help: str) -> argparse.ArgumentParser:
+    """The arguments of an A/B of two trees on one model: --base, --head, --model, --rounds."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--base", type=Path, required=True, help="root of the baseline tree")
     parser.add_argument("--head", type=Path, default=Path.cwd(), help="root of the tree under test (default: here)")
-    parser.add_argument("--model", type=Path, required=True, help="GGUF file both backends serve")
+    parser.add_argument("--model", type=Path, required=True, help=model_help)
     parser.add_argument("--rounds", type=int, default=2)
+    return parser
+
+
+def main() -> None:
+    parser = tree_arguments(__doc__.split("\n")[0], "GGUF file both backends serve")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--num-requests", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)

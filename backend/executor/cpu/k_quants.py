@@ -29,6 +29,9 @@ from backend.executor.cpu.block_linear import ACTIVATION_BITS, DECODE_ACTIVATION
 from backend.executor.cpu.quant_blocks import BLOCK_BYTES, K_KINDS, SUPER, BlockQuantized
 
 GROUP = 8  # output rows interleaved together (csrc/k_blocks.h)
+# Values repacked at a time: unpacking widens each value to 12-17 bytes of temporaries, which for a whole 128k-token
+# Q6_K embedding reached 4.3 GiB above the model; groups of rows are independent, so slices give the same bytes.
+CHUNK_VALUES = 1 << 22
 _NO_SCALES = torch.empty((0, 0), dtype=torch.float16)  # the repacked bytes hold the scales: BlockWeight's slot unused
 
 
@@ -82,6 +85,22 @@ def _bits(high: torch.Tensor, width: int) -> torch.Tensor:
 
 def repack(weight: BlockQuantized) -> torch.Tensor:
     """The kernel's bytes `[groups, supers * super-block bytes]` (csrc/k_blocks.h), the file's values moved only."""
+    rows, cols = weight.shape
+    step = max(GROUP, CHUNK_VALUES // cols // GROUP * GROUP)
+    if rows <= step:
+        return _repack(weight)
+    out: torch.Tensor | None = None
+    for start in range(0, rows, step):
+        part = BlockQuantized(weight.kind, weight.blocks[start : start + step], (min(step, rows - start), cols))
+        packed = _repack(part)
+        if out is None:
+            out = torch.empty((-(-rows // GROUP), packed.shape[1]), dtype=packed.dtype)
+        out[start // GROUP : start // GROUP + packed.shape[0]] = packed
+    assert out is not None
+    return out
+
+
+def _repack(weight: BlockQuantized) -> torch.Tensor:
     q, d, dmin, scales, minimums = fields(weight)
     rows, cols = weight.shape
     groups, supers = -(-rows // GROUP), cols // SUPER

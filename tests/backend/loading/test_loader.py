@@ -16,7 +16,7 @@ from gguf.quants import dequantize
 from backend.executor.cpu.quant_blocks import BlockQuantized
 from backend.executor.model.config import UnsupportedModelError
 from backend.loading.gguf_weights import read_gguf
-from backend.loading.loader import load_model
+from backend.loading.loader import HandedOver, load_model
 from tests.backend.model_harness import prefill_logits
 from tests.backend.tiny_models import tiny_config, tiny_hf_model, write_gguf, write_hf_folder
 
@@ -239,3 +239,13 @@ def test_hf_folder_without_weights_fails_clearly(tmp_path: Path) -> None:
     tiny_config("llama").save_pretrained(tmp_path)
     with pytest.raises(UnsupportedModelError, match="safetensors"):
         load_model(tmp_path)
+
+
+def test_handed_over_weights_leave_the_dict_as_they_are_taken() -> None:
+    weights: dict[str, Any] = {"a": np.zeros(1), "b": np.ones(1)}
+    handed = HandedOver(weights)
+    assert len(handed) == 2 and handed["b"][0] == 1
+    seen = []
+    for name, _ in handed.items():
+        seen.append((name, len(weights)))
+    assert seen == [("a", 1), ("b", 0)] and not weights

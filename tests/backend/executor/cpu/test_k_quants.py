@@ -16,7 +16,7 @@ import torch
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize
 
-from backend.executor.cpu import block_kernel
+from backend.executor.cpu import block_kernel, k_quants
 from backend.executor.cpu.k_quants import fields, from_k_blocks, repack
 from backend.executor.cpu.quant_blocks import BLOCK_BYTES, K_KINDS, BlockQuantized, MixedRows, concat_rows
 from backend.loading.k_quantizer import quantize_k
@@ -99,6 +99,16 @@ def test_repack_is_exact(kind: str) -> None:
 def test_repacked_size_is_the_files_plus_unpacked_scales(kind: str) -> None:
     weight, _ = _matrix(kind, rows=64, cols=1024)
     assert repack(weight).numel() * 8 / (64 * 1024) == BITS_PER_WEIGHT[kind]
+
+
+@pytest.mark.parametrize("kind", K_KINDS)
+def test_repack_in_slices_is_the_whole_repack(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tall matrix is repacked a slice of rows at a time (its temporaries bounded): the same bytes as at once,
+    also where the last slice ends in a partial group of rows."""
+    weight = _random_bytes(kind, rows=45)
+    whole = repack(weight)
+    monkeypatch.setattr(k_quants, "CHUNK_VALUES", 16 * weight.shape[1])
+    assert torch.equal(repack(weight), whole)
 
 
 def _activation_bound(x: torch.Tensor, w: torch.Tensor, levels: int = 127) -> torch.Tensor:
