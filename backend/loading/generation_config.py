@@ -60,7 +60,7 @@ def _from_hf_file(path: Path) -> dict[str, Any]:
 
 
 def _from_gguf(path: Path) -> dict[str, Any]:
-    from backend.loading.gguf_file import read_header
+    from backend.loading.gguf.reader import read_header
 
     metadata = read_header(path).metadata
     return _typed({field: metadata[key] for key, field in _GGUF_KEYS.items() if key in metadata})

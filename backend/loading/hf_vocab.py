@@ -13,8 +13,8 @@ from typing import Any
 import gguf
 
 from backend.executor.model.config import UnsupportedModelError
-from backend.loading.gguf_tokenizer import build_gguf_tokenizer
-from backend.loading.gguf_tokenizer.pretokenizers import PRE_SPLITS
+from backend.loading.gguf.tokenizer import build_gguf_tokenizer
+from backend.loading.gguf.tokenizer.pretokenizers import PRE_SPLITS
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ class GGUFVocab:
     tokens: list[str]
     token_types: list[int]
     merges: list[str]
-    pre: str  # llama.cpp's name of the split before merging (gguf_tokenizer/pretokenizers.py)
+    pre: str  # llama.cpp's name of the split before merging (gguf/tokenizer/pretokenizers.py)
     bos_id: int | None
     eos_id: int | None
     add_bos: bool = False
@@ -135,7 +135,7 @@ def _pre_name(pre: dict[str, Any] | None) -> str:
 
 
 def save_gguf_tokenizer(meta: dict[str, Any], folder: Path) -> None:
-    """A GGUF file's tokenizer (its metadata, `gguf_weights.read_metadata`) as `tokenizer.json` and
+    """A GGUF file's tokenizer (its metadata, `gguf.weights.read_metadata`) as `tokenizer.json` and
     `tokenizer_config.json` in `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     build_gguf_tokenizer(meta).save(str(folder / "tokenizer.json"))

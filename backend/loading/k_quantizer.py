@@ -1,4 +1,4 @@
-"""A small quantizer to K-quant super-blocks (Q4_K, Q5_K, Q6_K) for the converter (gguf_writer.py) and test
+"""A small quantizer to K-quant super-blocks (Q4_K, Q5_K, Q6_K) for the converter (gguf/writer.py) and test
 data: the gguf package only dequantizes these types. It is not llama.cpp's search for the best scales (each
 block's plain min/max or max-abs, its scales rounded to 6 or 8 bits against the super-block's largest), but its
 bytes are the format's, so `gguf.quants.dequantize` reads them back within the rounding of the chosen levels."""

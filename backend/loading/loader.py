@@ -14,7 +14,7 @@ from backend.executor.model.config import ModelConfig, UnsupportedModelError
 from backend.executor.model.families import FAMILIES
 from backend.executor.model.model import LlamaModel
 from backend.executor.model.ops import ModelOps
-from backend.loading.gguf_weights import read_gguf
+from backend.loading.gguf.weights import read_gguf
 from backend.loading.safetensors_weights import read_hf_folder
 from backend.loading.tokenizer import Tokenizer
 

@@ -9,7 +9,7 @@ from typing import Any
 from tokenizers import Tokenizer as _HFTokenizer
 
 from backend.loading.chat_template import ChatTemplate
-from backend.loading.gguf_tokenizer import build_gguf_tokenizer, byte_alphabet
+from backend.loading.gguf.tokenizer import build_gguf_tokenizer, byte_alphabet
 
 # Tokens that end a turn in common chat formats: generation stops on them as on EOS (as llama.cpp does).
 _END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<|end|>", "<end_of_turn>", "</s>")

@@ -34,7 +34,7 @@ DOCUMENT = '{"name": "Alice Smith", "age": 42, "tags": ["a", "bb", "ccc"]}'
 def load_tokenizer() -> Tokenizer:
     from gguf import GGUFReader
 
-    from backend.loading.gguf_weights import read_metadata
+    from backend.loading.gguf.weights import read_metadata
 
     return Tokenizer.from_gguf_metadata(read_metadata(GGUFReader(pull("smollm2", quiet=True))), 8192)
 

@@ -4,7 +4,7 @@
 
 Each shape is its model's real `config.json` (hidden size, layers, heads, vocabulary, RoPE); the weights are
 random (normal, std 0.02; norms 1) and the tokenizer is SmolLM2's, from the default model, padded to the
-vocabulary with unused tokens. The folder is converted by `backend.loading.gguf_writer`; the Q4_K_M file is made by
+vocabulary with unused tokens. The folder is converted by `backend.loading.gguf.writer`; the Q4_K_M file is made by
 llama.cpp's own `llama-quantize` from an F16 conversion when given its path (the same file then serves both
 servers), else by the converter's Q4_K_M recipe (Q4_0/Q5_0/Q8_0 where the recipe says a K type: the installed
 `gguf` package has no K quantizer). Benchmark only: never in CI.
@@ -22,8 +22,8 @@ import gguf
 import torch
 from safetensors.torch import save_file
 
-from backend.loading.gguf_weights import read_metadata
-from backend.loading.gguf_writer import convert
+from backend.loading.gguf.weights import read_metadata
+from backend.loading.gguf.writer import convert
 from backend.loading.hf_vocab import save_gguf_tokenizer
 from backend.loading.model_cache import resolve
 

@@ -50,6 +50,6 @@ def gguf_metadata(model_path: Path) -> dict[str, Any]:
     modules that build a tokenizer from them read it once per run."""
     from gguf import GGUFReader
 
-    from backend.loading.gguf_weights import read_metadata
+    from backend.loading.gguf.weights import read_metadata
 
     return read_metadata(GGUFReader(model_path))

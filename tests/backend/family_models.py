@@ -1,6 +1,6 @@
 """Tiny random checkpoints of every architecture the backend serves, built by transformers from each family's
 own config class, saved as an HF folder, and converted to GGUF by the product's converter
-(backend/loading/gguf_writer.py: names, layout and metadata as llama.cpp's convert_hf_to_gguf writes them)."""
+(backend/loading/gguf/writer.py: names, layout and metadata as llama.cpp's convert_hf_to_gguf writes them)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 from gguf import GGMLQuantizationType as Q
 
 from backend.executor.model.config import ModelConfig
-from backend.loading.gguf_writer import gguf_tensors, uniform, write_gguf
+from backend.loading.gguf.writer import gguf_tensors, uniform, write_gguf
 from tests.backend.tiny_models import BYTE_VOCAB, tiny_hf_model, write_hf_folder
 
 SIZES: dict[str, Any] = dict(

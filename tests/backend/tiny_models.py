@@ -1,5 +1,5 @@
 """Tiny random Llama-family checkpoints written to disk: HF folders, and GGUF (any tensor types) by the product's
-converter (backend/loading/gguf_writer.py)."""
+converter (backend/loading/gguf/writer.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from tokenizers import decoders, pre_tokenizers
 from tokenizers.models import BPE
 
 from backend.executor.model.config import ModelConfig
-from backend.loading.gguf_tokenizer import byte_alphabet
-from backend.loading.gguf_writer import ENCODABLE_TYPES, encode_tensor, gguf_tensors
-from backend.loading.gguf_writer import write_gguf as write_model_gguf
+from backend.loading.gguf.tokenizer import byte_alphabet
+from backend.loading.gguf.writer import ENCODABLE_TYPES, encode_tensor, gguf_tensors
+from backend.loading.gguf.writer import write_gguf as write_model_gguf
 from backend.loading.hf_vocab import GGUFVocab
 
 HIDDEN, HEADS, KV_HEADS, FFN, LAYERS = 256, 4, 2, 512, 2

@@ -15,7 +15,7 @@ from gguf.quants import dequantize
 
 from backend.executor.cpu.quant_blocks import BlockQuantized
 from backend.executor.model.config import UnsupportedModelError
-from backend.loading.gguf_weights import read_gguf
+from backend.loading.gguf.weights import read_gguf
 from backend.loading.loader import HandedOver, load_model
 from tests.backend.model_harness import prefill_logits
 from tests.backend.tiny_models import tiny_config, tiny_hf_model, write_gguf, write_hf_folder
@@ -181,12 +181,12 @@ def test_types_without_a_kernel_load_dequantized_with_one_warning(
 ) -> None:
     config = tiny_config("llama")
     path = write_gguf(tmp_path / "q5.gguf", tiny_hf_model(config).state_dict(), config, types=DEQUANTIZED_TYPES)
-    with caplog.at_level(logging.WARNING, logger="backend.loading.gguf_weights"):
+    with caplog.at_level(logging.WARNING, logger="backend.loading.gguf.weights"):
         ours = load_model(path, quantization=quantization)
     torch.testing.assert_close(
         prefill_logits(ours.model, PROMPT), hf_logits(transformers_from_gguf(path), PROMPT), rtol=1e-4, atol=1e-4
     )
-    [record] = [r for r in caplog.records if r.name == "backend.loading.gguf_weights"]
+    [record] = [r for r in caplog.records if r.name == "backend.loading.gguf.weights"]
     assert "has 1 IQ4_NL, 1 Q3_K, 4 Q5_1 tensors; no kernel computes IQ4_NL/Q3_K/Q5_1 natively" in (
         record.getMessage())
 
@@ -197,9 +197,9 @@ def test_q5_0_matrices_are_kept_in_their_own_blocks(
     config = tiny_config("llama")
     types = {"blk.0.attn_output.weight": Q.Q5_0, "blk.1.ffn_up.weight": Q.Q5_0}
     path = write_gguf(tmp_path / "q5_0.gguf", tiny_hf_model(config).state_dict(), config, types=types)
-    with caplog.at_level(logging.WARNING, logger="backend.loading.gguf_weights"):
+    with caplog.at_level(logging.WARNING, logger="backend.loading.gguf.weights"):
         contents = read_gguf(path, keep_blocks=True)
-    assert not [r for r in caplog.records if r.name == "backend.loading.gguf_weights"]  # nothing is dequantized
+    assert not [r for r in caplog.records if r.name == "backend.loading.gguf.weights"]  # nothing is dequantized
     file_tensors = {t.name: t for t in gguf.GGUFReader(path).tensors}
     for gguf_name, hf_name in (("blk.0.attn_output.weight", "model.layers.0.self_attn.o_proj.weight"),
                                ("blk.1.ffn_up.weight", "model.layers.1.mlp.up_proj.weight")):

@@ -23,7 +23,7 @@ from backend.executor.cpu.quant_blocks import OFFSETS, BlockQuantized
 from backend.executor.model.model import LlamaModel
 from backend.executor.model.quantized_linear import Int4Weight, Int8Weight, form_for
 from backend.executor.model.quantized_linear import quantize as quantize_form
-from backend.loading.gguf_weights import read_gguf
+from backend.loading.gguf.weights import read_gguf
 from backend.loading.tokenizer import Tokenizer
 from tests.backend import engine_fixtures
 from tests.backend.model_harness import paged_greedy

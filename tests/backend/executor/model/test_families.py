@@ -17,7 +17,7 @@ from backend.engine.core import Engine, EngineConfig
 from backend.engine.sampling_params import SamplingParams
 from backend.executor.model.config import SUPPORTED_ARCHITECTURES, ModelConfig, UnsupportedModelError
 from backend.executor.model.families import FAMILIES as MODEL_CLASSES
-from backend.loading.gguf_weights import tensor_support
+from backend.loading.gguf.weights import tensor_support
 from backend.loading.loader import load_model
 from tests.backend.backend_process import BackendProcess
 from tests.backend.family_models import FAMILIES, build, hf_greedy, write_family_gguf

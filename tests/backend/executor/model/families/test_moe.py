@@ -15,7 +15,7 @@ from gguf import GGMLQuantizationType as Q
 from backend.executor.model.config import ModelConfig
 from backend.executor.model.families.moe import Expert, RoutedLayer
 from backend.executor.model.model import LlamaModel
-from backend.loading.gguf_writer import gguf_tensors, uniform, write_gguf
+from backend.loading.gguf.writer import gguf_tensors, uniform, write_gguf
 from backend.loading.loader import load_model
 from tests.backend.family_models import FAMILIES, build, write_family_gguf
 from tests.backend.model_harness import prefill_logits

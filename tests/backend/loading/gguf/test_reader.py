@@ -12,8 +12,8 @@ from gguf import GGMLQuantizationType as Q
 from gguf import GGUFEndian, GGUFReader, GGUFValueType, GGUFWriter
 from gguf.quants import quantize
 
-from backend.loading.gguf_file import read_header, read_tensor
-from backend.loading.gguf_weights import read_metadata
+from backend.loading.gguf.reader import read_header, read_tensor
+from backend.loading.gguf.weights import read_metadata
 from backend.loading.k_quantizer import quantize_k
 
 VALUES: dict[str, tuple[Any, GGUFValueType]] = {

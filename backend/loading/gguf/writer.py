@@ -2,7 +2,7 @@
 the architectures the loader serves: tensor names, Q/K row order and metadata as llama.cpp's converter writes
 them, each matrix in a type chosen per tensor.
 
-    python -m backend.loading.gguf_writer HF_DIR OUT.gguf --type Q8_0
+    python -m backend.loading.gguf.writer HF_DIR OUT.gguf --type Q8_0
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from safetensors import safe_open
 from backend.executor.model.config import ModelConfig, UnsupportedModelError
 from backend.executor.model.families import FAMILIES
 from backend.executor.model.rotary import rope_inv_freq
-from backend.loading.gguf_weights import GLOBAL_NAMES, layer_names
+from backend.loading.gguf.weights import GLOBAL_NAMES, layer_names
 from backend.loading.hf_vocab import GGUFVocab, vocab_from_hf_folder
 from backend.loading.k_quantizer import K_TYPES, quantize_k
 

@@ -11,9 +11,9 @@ import pytest
 from tokenizers import AddedToken
 
 from backend.executor.model.config import UnsupportedModelError
-from backend.loading.gguf_tokenizer.pretokenizers import PRE_SPLITS
+from backend.loading.gguf.tokenizer.pretokenizers import PRE_SPLITS
 from backend.loading.tokenizer import IncrementalDetokenizer, Tokenizer
-from tests.backend.loading.gguf_vocab import (
+from tests.backend.loading.gguf.vocab_files import (
     TEXTS,
     byte_level_fields,
     sentencepiece_fields,

@@ -13,8 +13,8 @@ from typing import Any
 from tokenizers import AddedToken, Tokenizer
 
 from backend.executor.model.config import UnsupportedModelError
-from backend.loading.gguf_tokenizer.bpe import byte_alphabet, byte_level_bpe
-from backend.loading.gguf_tokenizer.sentencepiece import sentencepiece_bpe
+from backend.loading.gguf.tokenizer.bpe import byte_alphabet, byte_level_bpe
+from backend.loading.gguf.tokenizer.sentencepiece import sentencepiece_bpe
 
 __all__ = ["build_gguf_tokenizer", "byte_alphabet"]
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
 
-from backend.loading.gguf_weights import read_metadata
-from backend.loading.gguf_writer import ENCODABLE_TYPES, main, q4_k_m
+from backend.loading.gguf.weights import read_metadata
+from backend.loading.gguf.writer import ENCODABLE_TYPES, main, q4_k_m
 from backend.loading.hf_vocab import save_gguf_tokenizer
 from backend.loading.loader import load_model
 from tests.backend.family_models import FAMILIES, SIZES, build

@@ -10,7 +10,7 @@ from typing import Any
 from gguf import GGUFReader, GGUFWriter, TokenType
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from backend.loading.gguf_weights import read_metadata
+from backend.loading.gguf.weights import read_metadata
 
 # Text of every kind the tests compare on; the trained vocabularies cover it only in part, so rare characters
 # fall back to bytes.

@@ -19,7 +19,7 @@ from gguf.quants import dequantize
 from backend.executor.cpu.quant_blocks import BLOCK_BYTES, BlockQuantized, Weight
 from backend.executor.model.config import SUPPORTED_ARCHITECTURES, ModelConfig, UnsupportedModelError
 from backend.executor.model.families import FAMILIES
-from backend.loading.gguf_file import TensorInfo, read_header, read_tensor
+from backend.loading.gguf.reader import TensorInfo, read_header, read_tensor
 
 log = logging.getLogger(__name__)
 _FLOATS = frozenset(GGMLQuantizationType[name] for name in ("F32", "F16", "BF16"))
@@ -90,7 +90,7 @@ class GGUFContents:
 
 def read_metadata(reader: GGUFReader) -> dict[str, Any]:
     """All key/values of the file as Python values (strings, numbers, lists), as the `gguf` package reads them:
-    the reference `gguf_file.read_header`'s metadata equals."""
+    the reference `reader.read_header`'s metadata equals."""
     return {key: field.contents() for key, field in reader.fields.items() if not key.startswith("GGUF.")}
 
 

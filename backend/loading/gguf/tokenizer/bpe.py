@@ -8,7 +8,7 @@ from typing import Any
 from tokenizers import Tokenizer, decoders
 from tokenizers.models import BPE
 
-from backend.loading.gguf_tokenizer.pretokenizers import byte_level_pre_tokenizer
+from backend.loading.gguf.tokenizer.pretokenizers import byte_level_pre_tokenizer
 
 
 @cache
