@@ -98,4 +98,6 @@ def from_blocks(
     else:
         quants = interleave(b[..., 4 if weight.kind == "Q4_1" else 2:], 2)
     assert decode_activations in ACTIVATION_BITS, decode_activations
+    # On 2 MB pages: a decode step streams each weight once (csrc/k_blocks.cpp, huge_page_copy).
+    quants = kernel.huge_page_copy(quants)
     return BlockWeight(weight.kind, quants, scales, mins, (rows, cols), kernel, decode_activations)

@@ -133,4 +133,6 @@ def from_k_blocks(weight: BlockQuantized, kernel: ModuleType, decode_activations
     `decode_activations` "int8" multiplies decode rows as llama.cpp does; "int16" (or "float32", which K-quants
     have no exact path for) runs each decode row as two int8 rows, its 16 bits' high and low bytes."""
     assert decode_activations in ACTIVATION_BITS, decode_activations
-    return BlockWeight(weight.kind, repack(weight), _NO_SCALES, None, weight.shape, kernel, decode_activations)
+    # On 2 MB pages: a decode step streams each weight once (csrc/k_blocks.cpp, huge_page_copy).
+    quants = kernel.huge_page_copy(repack(weight))
+    return BlockWeight(weight.kind, quants, _NO_SCALES, None, weight.shape, kernel, decode_activations)

@@ -55,10 +55,11 @@ void quantize_k_rows(const float* x, int64_t rows, int64_t in, int8_t* q, float*
 // its high bytes h = floor((v + 128) / 256) with step 256 s and its low bytes v - 256 h with step s (2 rows each).
 void split_k_rows(const float* x, int64_t rows, int64_t in, int8_t* q, float* dx, int32_t* sums);
 
-// y [rows, out] (rows w.out apart) for the output groups [begin, end): the portable path, and the vector ones.
-void k_rows_scalar(const KMatrix& w, const KRows& x, int64_t rows, float* y, int64_t begin, int64_t end);
-void k_rows_avx2(const KMatrix& w, const KRows& x, int64_t rows, float* y, int64_t begin, int64_t end);
-void k_rows_avx512(const KMatrix& w, const KRows& x, int64_t rows, float* y, int64_t begin, int64_t end);
+// y [rows, out] (rows w.out apart; split: [rows / 2, out], each pair of rows one 16-bit row as split_k_rows
+// writes it) for the output groups [begin, end): the portable path, and the vector ones.
+void k_rows_scalar(const KMatrix& w, const KRows& x, int64_t rows, bool split, float* y, int64_t begin, int64_t end);
+void k_rows_avx2(const KMatrix& w, const KRows& x, int64_t rows, bool split, float* y, int64_t begin, int64_t end);
+void k_rows_avx512(const KMatrix& w, const KRows& x, int64_t rows, bool split, float* y, int64_t begin, int64_t end);
 bool cpu_has_avx512();  // AVX-512 F, BW, VL (k_blocks_avx512.cpp); VNNI is used where present too
 bool cpu_has_vnni();
 

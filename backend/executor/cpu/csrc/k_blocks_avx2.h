@@ -42,6 +42,7 @@ struct Avx2 {
   K_TARGET static F set1_ps(float v) { return _mm256_set1_ps(v); }
   K_TARGET static F cvt(I v) { return _mm256_cvtepi32_ps(v); }
   K_TARGET static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  K_TARGET static F add_ps(F a, F b) { return _mm256_add_ps(a, b); }
   K_TARGET static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
   K_TARGET static F fnmadd(F a, F b, F c) { return _mm256_fnmadd_ps(a, b, c); }
   K_TARGET static void store(F v, float* y, int64_t g, int64_t, int64_t out) {

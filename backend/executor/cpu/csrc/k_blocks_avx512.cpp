@@ -66,6 +66,7 @@ struct V512 {
   K_TARGET static F set1_ps(float v) { return _mm512_set1_ps(v); }
   K_TARGET static F cvt(I v) { return _mm512_cvtepi32_ps(v); }
   K_TARGET static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  K_TARGET static F add_ps(F a, F b) { return _mm512_add_ps(a, b); }
   K_TARGET static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
   K_TARGET static F fnmadd(F a, F b, F c) { return _mm512_fnmadd_ps(a, b, c); }
   K_TARGET static void store(F v, float* y, int64_t g, int64_t count, int64_t out) {
@@ -117,18 +118,19 @@ bool cpu_has_vnni() {
   return supported;
 }
 
-void k_rows_avx512(const KMatrix& w, const KRows& x, int64_t rows, float* y, int64_t begin, int64_t end) {
+void k_rows_avx512(const KMatrix& w, const KRows& x, int64_t rows, bool split, float* y, int64_t begin,
+                   int64_t end) {
   if (rows <= kWideRows) {
-    if (cpu_has_vnni()) return vnni256::k_rows<vnni256::V256>(w, x, rows, y, begin, end);
-    return k_rows_avx2(w, x, rows, y, begin, end);
+    if (cpu_has_vnni()) return vnni256::k_rows<vnni256::V256>(w, x, rows, split, y, begin, end);
+    return k_rows_avx2(w, x, rows, split, y, begin, end);
   }
-  if (cpu_has_vnni()) return vnni::k_rows<vnni::V512>(w, x, rows, y, begin, end);
-  bw::k_rows<bw::V512>(w, x, rows, y, begin, end);
+  if (cpu_has_vnni()) return vnni::k_rows<vnni::V512>(w, x, rows, split, y, begin, end);
+  bw::k_rows<bw::V512>(w, x, rows, split, y, begin, end);
 }
 #else
 bool cpu_has_avx512() { return false; }
 bool cpu_has_vnni() { return false; }
-void k_rows_avx512(const KMatrix&, const KRows&, int64_t, float*, int64_t, int64_t) { TORCH_CHECK(false, "no AVX-512"); }
+void k_rows_avx512(const KMatrix&, const KRows&, int64_t, bool, float*, int64_t, int64_t) { TORCH_CHECK(false, "no AVX-512"); }
 #endif
 
 }  // namespace tidegate_k

@@ -8,6 +8,9 @@
 // row's int32 lane, then one float FMA by d * scale * dx, and (Q4_K, Q5_K) one by dmin * minimum * dx * sum(q);
 // Q6_K multiplies its two 16-value halves' sums by their int8 scales in integers, and takes 32 * scale * sum(q)
 // off for its offset. Only the activations are rounded: the weights are the file's integers and scales.
+// A split tile (Split: a 16-bit decode row as its high-byte and low-byte int8 rows, split_k_rows) joins each
+// pair's block sums as 256 high + low in int32 before the float step: one convert and scale a block instead of
+// two, and the pair's output written once.
 
 template <int Shift, class V>
 K_TARGET inline typename V::I shift16(typename V::I v) {  // left by Shift (right where negative), in 16-bit lanes
@@ -56,18 +59,37 @@ K_TARGET inline void slice_dots(const uint8_t* const* p, int64_t off, const int8
   }
 }
 
+// Row r's dot products and its sums of q per 16 values (half 0 or 1 of block k0 / 32), joined with row r + 1's,
+// its low bytes, when split: |256 h + l| <= 32639 per value, so a block's sums stay below 2^26 (Q6_K's scaled
+// halves below 2^31).
+template <class V, bool Split>
+K_TARGET inline typename V::I joined(const typename V::I* dots, int r) {
+  if constexpr (Split) return V::add32(V::template slli32<8>(dots[r]), dots[r + 1]);
+  return dots[r];
+}
+
+template <bool Split>
+K_TARGET inline int32_t sum16(const KRows& x, int64_t in, int64_t k0, int r, int half) {
+  const int32_t* sums = x.sums + r * (in / 16) + k0 / 16 + half;
+  if constexpr (Split) return 256 * sums[0] + sums[in / 16];
+  return sums[0];
+}
+
 // V::kGroups groups from g (`count` of them real: a second one past the matrix repeats the first, unstored)
-// against R activation rows; y is the tile's first row of outputs.
-template <class V, KKind K, int R>
+// against R activation rows (Split: R / 2 16-bit rows, each its high then its low int8 row); y is the tile's
+// first row of outputs.
+template <class V, KKind K, int R, bool Split>
 K_TARGET void k_tile(const KMatrix& w, int64_t g, int64_t count, const KRows& x, float* y) {
   using I = typename V::I;
   using F = typename V::F;
   constexpr int64_t kSuperBytes = super_bytes(K), kHeader = header_bytes(K), kBlockBytes = block_bytes(K);
+  constexpr int kOut = Split ? R / 2 : R;  // output rows
+  constexpr int kStride = Split ? 2 : 1;  // int8 rows an output row takes
   const int64_t in = w.in, supers = w.supers();
   const uint8_t* base[2] = {w.super(g, 0), w.super(count > 1 ? g + 1 : g, 0)};
-  F acc[R];
+  F acc[kOut];
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) acc[r] = V::zero_ps();
+  for (int o = 0; o < kOut; ++o) acc[o] = V::zero_ps();
   for (int64_t s = 0; s < supers; ++s) {
     const uint8_t* p[2] = {base[0] + s * kSuperBytes, base[1] + s * kSuperBytes};
     const F d = V::halves(p, 0);
@@ -89,52 +111,69 @@ K_TARGET void k_tile(const KMatrix& w, int64_t g, int64_t count, const KRows& x,
       if constexpr (K == Q6_K) {
         const I sc_lo = V::i8_to_i32(p, scales), sc_hi = V::i8_to_i32(p, scales + 8);
 #pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-          const int32_t* sums = x.sums + r * (in / 16) + k0 / 16;
-          const I offset = V::add32(V::mullo32(sc_lo, V::set1(sums[0])), V::mullo32(sc_hi, V::set1(sums[1])));
-          const I dot = V::sub32(V::add32(V::mullo32(lo_dot[r], sc_lo), V::mullo32(hi_dot[r], sc_hi)),
-                                 V::template slli32<5>(offset));
-          acc[r] = V::fmadd(V::cvt(dot), V::mul(d, V::set1_ps(x.dx[r * (in / kSub) + k0 / kSub])), acc[r]);
+        for (int o = 0; o < kOut; ++o) {
+          const int r = kStride * o, step = r + kStride - 1;  // a split row's step is its low bytes'
+          const F dd = V::mul(d, V::set1_ps(x.dx[step * (in / kSub) + k0 / kSub]));
+          if constexpr (Split) {
+            // Each half scaled apart: both at their extremes the sum of the two would pass int32.
+            const I lo = V::sub32(joined<V, true>(lo_dot, r), V::set1(32 * sum16<true>(x, in, k0, r, 0)));
+            const I hi = V::sub32(joined<V, true>(hi_dot, r), V::set1(32 * sum16<true>(x, in, k0, r, 1)));
+            const F both = V::add_ps(V::cvt(V::mullo32(lo, sc_lo)), V::cvt(V::mullo32(hi, sc_hi)));
+            acc[o] = V::fmadd(both, dd, acc[o]);
+          } else {
+            const I offset = V::add32(V::mullo32(sc_lo, V::set1(sum16<false>(x, in, k0, r, 0))),
+                                      V::mullo32(sc_hi, V::set1(sum16<false>(x, in, k0, r, 1))));
+            const I dot = V::sub32(V::add32(V::mullo32(lo_dot[r], sc_lo), V::mullo32(hi_dot[r], sc_hi)),
+                                   V::template slli32<5>(offset));
+            acc[o] = V::fmadd(V::cvt(dot), dd, acc[o]);
+          }
         }
       } else {
         const F ds = V::mul(d, V::u8_to_ps(p, scales)), ms = V::mul(dmin, V::u8_to_ps(p, scales + 8));
 #pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-          const float dx = x.dx[r * (in / kSub) + k0 / kSub];
-          const int32_t* sums = x.sums + r * (in / 16) + k0 / 16;
-          acc[r] = V::fmadd(V::cvt(lo_dot[r]), V::mul(ds, V::set1_ps(dx)), acc[r]);
-          acc[r] = V::fnmadd(ms, V::set1_ps(dx * static_cast<float>(sums[0] + sums[1])), acc[r]);
+        for (int o = 0; o < kOut; ++o) {
+          const int r = kStride * o, step = r + kStride - 1;
+          const float dx = x.dx[step * (in / kSub) + k0 / kSub];
+          acc[o] = V::fmadd(V::cvt(joined<V, Split>(lo_dot, r)), V::mul(ds, V::set1_ps(dx)), acc[o]);
+          const int32_t sum = sum16<Split>(x, in, k0, r, 0) + sum16<Split>(x, in, k0, r, 1);
+          acc[o] = V::fnmadd(ms, V::set1_ps(dx * static_cast<float>(sum)), acc[o]);
         }
       }
     }
   }
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) V::store(acc[r], y + r * w.out, g, count, w.out);
+  for (int o = 0; o < kOut; ++o) V::store(acc[o], y + o * w.out, g, count, w.out);
 }
 
 constexpr int kTileRows = 4;  // activation rows a tile multiplies: R accumulators and the slice fit 16 registers
 
+// `rows` int8 activation rows (split: rows / 2 16-bit ones, a pair each) in tiles of at most kTileRows.
 template <class V, KKind K>
-K_TARGET void k_groups(const KMatrix& w, const KRows& x, int64_t rows, float* y, int64_t begin, int64_t end) {
+K_TARGET void k_groups(const KMatrix& w, const KRows& x, int64_t rows, bool split, float* y, int64_t begin,
+                       int64_t end) {
   using Tile = void (*)(const KMatrix&, int64_t, int64_t, const KRows&, float*);
-  constexpr Tile tiles[kTileRows + 1] = {nullptr, k_tile<V, K, 1>, k_tile<V, K, 2>, k_tile<V, K, 3>, k_tile<V, K, 4>};
-  const int64_t in = w.in;
+  constexpr Tile tiles[kTileRows + 1] = {nullptr, k_tile<V, K, 1, false>, k_tile<V, K, 2, false>,
+                                         k_tile<V, K, 3, false>, k_tile<V, K, 4, false>};
+  constexpr Tile split_tiles[kTileRows / 2 + 1] = {nullptr, k_tile<V, K, 2, true>, k_tile<V, K, 4, true>};
+  const int64_t in = w.in, stride = split ? 2 : 1, units = rows / stride, most = kTileRows / stride;
   for (int64_t g = begin; g < end; g += V::kGroups) {
     const int64_t count = end - g < V::kGroups ? end - g : V::kGroups;
-    for (int64_t r0 = 0, tile = 0; r0 < rows; r0 += tile) {
-      const int64_t left = rows - r0, passes = (left + kTileRows - 1) / kTileRows;
+    for (int64_t u0 = 0, tile = 0; u0 < units; u0 += tile) {
+      const int64_t left = units - u0, passes = (left + most - 1) / most;
       tile = (left + passes - 1) / passes;  // even tiles: 5 rows run as 3 and 2
+      const int64_t r0 = u0 * stride;
       const KRows part{x.q + r0 * in, x.dx + r0 * (in / kSub), x.sums + r0 * (in / 16)};
-      tiles[tile](w, g, count, part, y + r0 * w.out);
+      (split ? split_tiles : tiles)[tile](w, g, count, part, y + u0 * w.out);
     }
   }
 }
 
 template <class V>
-K_TARGET void k_rows(const KMatrix& w, const KRows& x, int64_t rows, float* y, int64_t begin, int64_t end) {
+K_TARGET void k_rows(const KMatrix& w, const KRows& x, int64_t rows, bool split, float* y, int64_t begin,
+                     int64_t end) {
   switch (w.kind) {
-    case Q4_K: return k_groups<V, Q4_K>(w, x, rows, y, begin, end);
-    case Q5_K: return k_groups<V, Q5_K>(w, x, rows, y, begin, end);
-    case Q6_K: return k_groups<V, Q6_K>(w, x, rows, y, begin, end);
+    case Q4_K: return k_groups<V, Q4_K>(w, x, rows, split, y, begin, end);
+    case Q5_K: return k_groups<V, Q5_K>(w, x, rows, split, y, begin, end);
+    case Q6_K: return k_groups<V, Q6_K>(w, x, rows, split, y, begin, end);
   }
 }

@@ -188,3 +188,17 @@ def test_the_environment_caps_the_path() -> None:
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
                           check=True)
     assert done.stdout.strip() == "scalar"
+
+
+@needs_kernel
+@pytest.mark.parametrize("shape", [(1000, 1000), (3 << 20, 1), (1 << 20, 5)])
+def test_huge_page_copy_keeps_the_values(shape: tuple[int, int]) -> None:
+    """Weights go on 2 MB pages where the system grants them (below 2 MB they stay as they are): the same values,
+    and the memory stays valid for the copy's lifetime."""
+    assert kernel is not None
+    source = torch.randint(0, 256, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(3))
+    copy = kernel.huge_page_copy(source.t())
+    assert copy.shape == source.t().shape and copy.is_contiguous()
+    assert torch.equal(copy, source.t())
+    del source
+    assert int(copy.sum(dtype=torch.int64)) == int(copy.clone().sum(dtype=torch.int64))
