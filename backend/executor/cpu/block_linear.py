@@ -17,6 +17,7 @@ of each of 8 rows, so an integer product forms 8 rows' sums in one vector. The v
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -70,14 +71,17 @@ class BlockWeight:
         return rows.to(dtype)
 
 
-def interleave(per_row: torch.Tensor, unit: int) -> torch.Tensor:
+def interleave(per_row: torch.Tensor, unit: int, zeros: Callable[[list[int]], torch.Tensor] | None = None
+               ) -> torch.Tensor:
     """`[out, blocks, n]` per-row data (quant bytes, or one scale) as `[groups, blocks * 8 * n]`: the rows padded
-    with zeros to groups of `GROUP`, and each block's data of a group's rows alternating in units of `unit`."""
+    with zeros to groups of `GROUP`, and each block's data of a group's rows alternating in units of `unit`;
+    written into `zeros(shape)` (uint8 data only) when given, e.g. memory on huge pages."""
     out, blocks, n = per_row.shape
     groups, full = -(-out // GROUP), out // GROUP
     # Written straight into the kernel's order: a padded copy of the rows on the way was one more matrix at load
     # (136 MiB for Qwen2.5-0.5B's Q8_0 vocabulary).
-    result = torch.zeros((groups, blocks, n // unit, GROUP, unit), dtype=per_row.dtype)
+    shape = [groups, blocks, n // unit, GROUP, unit]
+    result = torch.zeros(shape, dtype=per_row.dtype) if zeros is None else zeros(shape)
     rows = result.permute(0, 3, 1, 2, 4)  # [groups, GROUP, blocks, n / unit, unit]
     rows[:full] = per_row[: full * GROUP].reshape(full, GROUP, blocks, n // unit, unit)
     if out > full * GROUP:
@@ -93,11 +97,10 @@ def from_blocks(
     b = weight.blocks.view(rows, cols // BLOCK, BLOCK_BYTES[weight.kind])
     scales = interleave(b[..., 0:2].contiguous().view(torch.float16), 1)
     mins = interleave(b[..., 2:4].contiguous().view(torch.float16), 1) if weight.kind == "Q4_1" else None
+    # On 2 MB pages: a decode step streams each weight once (csrc/k_blocks.cpp, huge_page_zeros).
     if weight.kind == "Q5_0":  # Q4_0's nibbles, then the mask of fifth bits: the layout csrc/block_format.h reads
-        quants = interleave(torch.cat([b[..., 6:], b[..., 2:6]], dim=-1), 2)
+        quants = interleave(torch.cat([b[..., 6:], b[..., 2:6]], dim=-1), 2, kernel.huge_page_zeros)
     else:
-        quants = interleave(b[..., 4 if weight.kind == "Q4_1" else 2:], 2)
+        quants = interleave(b[..., 4 if weight.kind == "Q4_1" else 2:], 2, kernel.huge_page_zeros)
     assert decode_activations in ACTIVATION_BITS, decode_activations
-    # On 2 MB pages: a decode step streams each weight once (csrc/k_blocks.cpp, huge_page_copy).
-    quants = kernel.huge_page_copy(quants)
     return BlockWeight(weight.kind, quants, scales, mins, (rows, cols), kernel, decode_activations)

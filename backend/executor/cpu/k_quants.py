@@ -21,6 +21,7 @@ and to 8 bits for more rows (prefill), as llama.cpp multiplies K-quants.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
 
 import torch
@@ -83,18 +84,20 @@ def _bits(high: torch.Tensor, width: int) -> torch.Tensor:
     return (high.int() << (2 * t).to(torch.int32)).sum(dim=-2)
 
 
-def repack(weight: BlockQuantized) -> torch.Tensor:
-    """The kernel's bytes `[groups, supers * super-block bytes]` (csrc/k_blocks.h), the file's values moved only."""
+def repack(weight: BlockQuantized, allocate: Callable[[list[int]], torch.Tensor] | None = None) -> torch.Tensor:
+    """The kernel's bytes `[groups, supers * super-block bytes]` (csrc/k_blocks.h), the file's values moved only;
+    written into `allocate(shape)` (uint8) when given, e.g. memory on huge pages."""
     rows, cols = weight.shape
     step = max(GROUP, CHUNK_VALUES // cols // GROUP * GROUP)
-    if rows <= step:
+    if rows <= step and allocate is None:
         return _repack(weight)
     out: torch.Tensor | None = None
     for start in range(0, rows, step):
         part = BlockQuantized(weight.kind, weight.blocks[start : start + step], (min(step, rows - start), cols))
         packed = _repack(part)
         if out is None:
-            out = torch.empty((-(-rows // GROUP), packed.shape[1]), dtype=packed.dtype)
+            shape = [-(-rows // GROUP), packed.shape[1]]
+            out = torch.empty(shape, dtype=packed.dtype) if allocate is None else allocate(shape)
         out[start // GROUP : start // GROUP + packed.shape[0]] = packed
     assert out is not None
     return out
@@ -133,6 +136,6 @@ def from_k_blocks(weight: BlockQuantized, kernel: ModuleType, decode_activations
     `decode_activations` "int8" multiplies decode rows as llama.cpp does; "int16" (or "float32", which K-quants
     have no exact path for) runs each decode row as two int8 rows, its 16 bits' high and low bytes."""
     assert decode_activations in ACTIVATION_BITS, decode_activations
-    # On 2 MB pages: a decode step streams each weight once (csrc/k_blocks.cpp, huge_page_copy).
-    quants = kernel.huge_page_copy(repack(weight))
+    # On 2 MB pages: a decode step streams each weight once (csrc/k_blocks.cpp, huge_page_zeros).
+    quants = repack(weight, kernel.huge_page_zeros)
     return BlockWeight(weight.kind, quants, _NO_SCALES, None, weight.shape, kernel, decode_activations)

@@ -354,32 +354,34 @@ torch::Tensor dequantize_rows(const torch::Tensor& data, int64_t kind, int64_t o
   return out;
 }
 
-// A copy of t on memory the system is asked to back with 2 MB pages. A decode step streams every weight once:
-// on 4 KB pages each page starts the hardware prefetcher cold and costs a TLB walk, and the products of a
-// Llama-3.2-1B step took ~15% more CPU time. The mapping is cut to t's size, so only its whole 2 MB extents
-// take huge pages and no tail is wasted; below 2 MB, or where the system declines (THP "never"), t as it is.
-torch::Tensor huge_page_copy(const torch::Tensor& t) {
-  const torch::Tensor src = t.contiguous();
+// A zeroed uint8 tensor on memory the system is asked to back with 2 MB pages, for a weight's bytes to be written
+// into (no copy at load). A decode step streams every weight once: on 4 KB pages each page starts the hardware
+// prefetcher cold and costs a TLB walk, and the products of a Llama-3.2-1B step took ~15% more CPU time. The
+// mapping is cut to the tensor's size, so only its whole 2 MB extents take huge pages and no tail is wasted;
+// below 2 MB, or where the system declines (THP "never"), torch's own zeros.
+torch::Tensor huge_page_zeros(const std::vector<int64_t>& sizes) {
+  const auto options = torch::TensorOptions().dtype(torch::kUInt8);
   constexpr size_t kHuge = size_t{2} << 20, kPage = 4096;
-  const size_t bytes = src.nbytes();
+  size_t bytes = 1;
+  for (const int64_t n : sizes) bytes *= static_cast<size_t>(n);
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (bytes < kHuge) return src;
+  if (bytes < kHuge) return torch::zeros(sizes, options);
   const size_t size = (bytes + kPage - 1) / kPage * kPage;
   void* raw = mmap(nullptr, size + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) return src;
+  if (raw == MAP_FAILED) return torch::zeros(sizes, options);
   auto* const base = static_cast<uint8_t*>(raw);
   auto* const start = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(base) + kHuge - 1) & ~(kHuge - 1));
   if (start > base) munmap(base, start - base);
   if (base + size + kHuge > start + size) munmap(start + size, base + size + kHuge - (start + size));
   if (madvise(start, size, MADV_HUGEPAGE) != 0) {
     munmap(start, size);
-    return src;
+    return torch::zeros(sizes, options);
   }
-  std::memcpy(start, src.data_ptr(), bytes);
-  return torch::from_blob(start, src.sizes(), [size](void* p) { munmap(p, size); }, src.options());
+  // An anonymous mapping reads as zeros: the pages become resident as the caller writes them.
+  return torch::from_blob(start, sizes, [size](void* p) { munmap(p, size); }, options);
 #else
-  (void)kHuge, (void)kPage, (void)bytes;
-  return src;
+  (void)kHuge, (void)kPage;
+  return torch::zeros(sizes, options);
 #endif
 }
 
@@ -399,7 +401,8 @@ void tidegate_ops::bind_k_blocks(pybind11::module& m) {
   const auto no_gil = pybind11::call_guard<pybind11::gil_scoped_release>();
   m.def("k_linear", &tidegate_ops::k_linear, "y = x @ W.T for a weight in repacked K-quant super-blocks (1-8 rows at 16 bits if asked, as two int8 rows)", no_gil);
   m.def("k_dequantize", &tidegate_ops::k_dequantize, "rows `ids` of a repacked K-quant weight as float32", no_gil);
-  m.def("huge_page_copy", &tidegate_k::huge_page_copy, "a copy of a weight on 2 MB pages where the system grants them");
+  m.def("huge_page_zeros", &tidegate_k::huge_page_zeros,
+        "a zeroed tensor on 2 MB pages where the system grants them (else torch.zeros)");
   m.def("k_isa", &tidegate_k::k_isa, "the instruction set the K-quant products run on now");
   m.def("set_k_isa", &tidegate_k::set_k_isa, "force the K-quant products' path: scalar, avx2 or avx512 (tests)");
 }

@@ -192,13 +192,22 @@ def test_the_environment_caps_the_path() -> None:
 
 @needs_kernel
 @pytest.mark.parametrize("shape", [(1000, 1000), (3 << 20, 1), (1 << 20, 5)])
-def test_huge_page_copy_keeps_the_values(shape: tuple[int, int]) -> None:
-    """Weights go on 2 MB pages where the system grants them (below 2 MB they stay as they are): the same values,
-    and the memory stays valid for the copy's lifetime."""
+def test_huge_page_zeros_are_zeros_that_hold_what_is_written(shape: tuple[int, int]) -> None:
+    """Weights are written into memory on 2 MB pages where the system grants them (below 2 MB, torch's zeros):
+    zeroed, contiguous, and valid for the tensor's lifetime."""
     assert kernel is not None
+    out = kernel.huge_page_zeros(list(shape))
+    assert out.shape == shape and out.dtype == torch.uint8 and out.is_contiguous()
+    assert not out.any()
     source = torch.randint(0, 256, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(3))
-    copy = kernel.huge_page_copy(source.t())
-    assert copy.shape == source.t().shape and copy.is_contiguous()
-    assert torch.equal(copy, source.t())
+    out.copy_(source)
     del source
-    assert int(copy.sum(dtype=torch.int64)) == int(copy.clone().sum(dtype=torch.int64))
+    assert int(out.sum(dtype=torch.int64)) == int(out.clone().sum(dtype=torch.int64)) > 0
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K"])
+def test_a_repack_into_huge_pages_gives_the_bytes_of_a_plain_one(kind: str) -> None:
+    assert kernel is not None
+    weight = _random_bytes(kind, rows=8197)  # over 2 MB, several slices, a partial last group
+    assert torch.equal(repack(weight, kernel.huge_page_zeros), repack(weight))
