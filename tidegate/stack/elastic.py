@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import httpx
 
 from tidegate.stack.autoscale import Action, Decision, Sample, ScalePolicy, decide
-from tidegate.stack.processes import Child
+from tidegate.stack.processes import Child, local_get
 from tidegate.stack.replica_channels import REPLICA_PREFIX, ReplicaChannels
 from tidegate.stack.replica_metrics import LoadReader
 
@@ -165,6 +165,6 @@ class ElasticReplicas:
     @staticmethod
     def _healthy(child: Child) -> bool:
         try:
-            return child.alive() and httpx.get(child.health_url, timeout=1.0).status_code == 200
+            return child.alive() and local_get(child.health_url).status_code == 200
         except httpx.HTTPError:
             return False

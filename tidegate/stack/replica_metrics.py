@@ -15,6 +15,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from tidegate.stack.autoscale import Sample
+from tidegate.stack.processes import local_get
 
 PREFIXES = ("tidegate_backend_", "vllm:")
 TTFT = "time_to_first_token_seconds"
@@ -82,7 +83,7 @@ class LoadReader:
         new: Buckets = {}
         for name, url in metrics_urls.items():
             try:
-                response = httpx.get(url, timeout=self._timeout)
+                response = local_get(url, self._timeout)
                 response.raise_for_status()
                 load = parse_load(response.text)
             except (httpx.HTTPError, ValueError):

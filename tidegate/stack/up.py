@@ -27,7 +27,7 @@ from config import Settings
 from config.secret_files import new_token
 from tidegate.stack.autoscale import ScalePolicy
 from tidegate.stack.elastic import ElasticReplicas, minute_of_day
-from tidegate.stack.processes import Child
+from tidegate.stack.processes import Child, local_get
 from tidegate.stack.replica_channels import REPLICA_PREFIX, ReplicaChannels
 from tidegate.stack.secret_files import new_admin_key, secret_file, write_secret
 
@@ -51,7 +51,7 @@ def _wait_healthy(children: list[Child], timeout: float) -> None:
             if not child.alive():
                 raise RuntimeError(f"{child.name} exited at start; its log: {child.log_path}")
             try:
-                if httpx.get(child.health_url, timeout=1.0).status_code == 200:
+                if local_get(child.health_url).status_code == 200:
                     pending.remove(child)
             except httpx.HTTPError:
                 pass
