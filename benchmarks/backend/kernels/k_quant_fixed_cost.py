@@ -2,7 +2,7 @@
 the weights cost next to nothing and what is timed is the call, the activation row's quantization and the
 reduction of its halves.
 
-    .venv/bin/python -m benchmarks.backend.k_quant_fixed_cost [--inputs 2048,8192] [--calls 200]
+    .venv/bin/python -m benchmarks.backend.kernels.k_quant_fixed_cost [--inputs 2048,8192] [--calls 200]
 
 A decode step of Llama-3.2-1B makes ~70 such products (of 2048- and 8192-value rows) besides the head, each
 paying this once on one thread while the others wait. Reports the median microseconds a call, at 16-bit

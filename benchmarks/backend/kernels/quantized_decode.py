@@ -1,13 +1,13 @@
 """Batch-1 decode step of the model under each `--quantization` mode, same GGUF, same threads, same run.
 
-    .venv/bin/python -m benchmarks.backend.quantized_decode --modes none,auto --threads 1 --context 256 --steps 64
+    .venv/bin/python -m benchmarks.backend.kernels.quantized_decode --modes none,auto --threads 1 --context 256 --steps 64
 
 Each mode's model decodes one token at a time after the same prompt; rounds of 8 steps alternate between the
 modes so that load from other work falls on all alike. Reports median and p90 wall time per step and median
 CPU time per step (all threads). Modes are bench.perplexity's: `--modes auto:float32,auto:int16,auto:int8`
 compares the block kernel's decode paths in one process.
 
-    .venv/bin/python -m benchmarks.backend.quantized_decode --products --rows 1,2,4,8 --threads 1,2 [--head] [--cpu]
+    .venv/bin/python -m benchmarks.backend.kernels.quantized_decode --products --rows 1,2,4,8 --threads 1,2 [--head] [--cpu]
 
 times only the matrix products of one step instead: the four matrices of each of the 30 layers of
 SmolLM2-135M's shapes (distinct Q4_1 weights per layer; with `--head` also its 49152 x 576 Q8_0 vocabulary

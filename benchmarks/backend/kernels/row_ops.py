@@ -1,7 +1,7 @@
 """What each C++ row-wise op of a decoder layer costs on the CPU against the torch ops it replaces, per call, at
 SmolLM2-135M's shapes (hidden 576, 9 query and 3 key-value heads of 64, intermediate 1536), float32.
 
-    .venv/bin/python -m benchmarks.backend.row_ops --rows 1,8,32 --threads 1
+    .venv/bin/python -m benchmarks.backend.kernels.row_ops --rows 1,8,32 --threads 1
 
 Each figure is the best of five rounds of `--calls` calls, in process CPU microseconds per call (on a shared
 machine CPU time is the steadier); torch and C++ alternate round by round, so both see the same load.

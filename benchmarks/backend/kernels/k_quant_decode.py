@@ -1,6 +1,6 @@
 """Decode-step time and resident weight size of one model shape with its matrices in each GGUF type.
 
-    .venv/bin/python -m benchmarks.backend.k_quant_decode [--layers 8 --hidden 1024 --intermediate 4864] [--threads 1]
+    .venv/bin/python -m benchmarks.backend.kernels.k_quant_decode [--layers 8 --hidden 1024 --intermediate 4864] [--threads 1]
 
 Builds a Llama-shaped model with random weights (the matrices' bytes random with fixed finite scales: a product
 costs the same whatever the values), once per type: float32 (packed for oneDNN as `none` runs it), Q4_1 (the
