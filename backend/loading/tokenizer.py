@@ -9,7 +9,7 @@ from typing import Any
 from tokenizers import Tokenizer as _HFTokenizer
 
 from backend.loading.chat_template import ChatTemplate
-from backend.loading.gguf.tokenizer import build_gguf_tokenizer, byte_alphabet
+from backend.loading.gguf.tokenizer import UNUSED, build_gguf_tokenizer, byte_alphabet
 
 # Tokens that end a turn in common chat formats: generation stops on them as on EOS (as llama.cpp does).
 _END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<|end|>", "<end_of_turn>", "</s>")
@@ -30,8 +30,12 @@ class Tokenizer:
         max_context: int,
         extra_special: dict[str, str | None] | None = None,
         extra_eos_ids: tuple[int, ...] = (),
+        unused_ids: frozenset[int] = frozenset(),
     ) -> None:
         self._backend = backend
+        # Ids a GGUF marks unused (vocabulary padding, reserved slots) are never text, as llama.cpp renders them;
+        # spelled out, "[PAD151000]" would come back as a dozen tokens in the next turn's history.
+        self._unused = unused_ids
         self.bos_token_id: int | None = backend.token_to_id(bos_token) if bos_token else None
         self.eos_token_id: int | None = backend.token_to_id(eos_token) if eos_token else None
         self._add_bos = add_bos_token and self.bos_token_id is not None
@@ -64,6 +68,7 @@ class Tokenizer:
             chat_template=meta.get("tokenizer.chat_template"),
             max_context=max_context,
             extra_special={"unk_token": token("unknown_token_id"), "pad_token": token("padding_token_id")},
+            unused_ids=frozenset(i for i, t in enumerate(meta.get("tokenizer.ggml.token_type") or []) if t == UNUSED),
         )
 
     @classmethod
@@ -106,10 +111,12 @@ class Tokenizer:
         return ids
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        if self._unused:
+            ids = [i for i in ids if i not in self._unused]
         return self._backend.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def token_bytes(self) -> list[bytes]:
-        """Every id's bytes as it adds them to decoded text, with special tokens as b"" (they are never text).
+        """Every id's bytes as it adds them to decoded text, with special and unused tokens as b"" (never text).
 
         Byte-level vocabularies (GPT-2's alphabet) map back through it; SentencePiece ones spell a space `▁`
         and bytes `<0xHH>`."""
@@ -120,7 +127,7 @@ class Tokenizer:
         out = []
         for i in range(self.vocab_size):
             token = backend.id_to_token(i)
-            if i in special or token is None:
+            if i in special or i in self._unused or token is None:
                 out.append(b"")
             elif byte_level and all(c in to_byte for c in token):
                 out.append(bytes(to_byte[c] for c in token))

@@ -143,3 +143,18 @@ def test_sentencepiece_token_bytes_map_the_space_mark_and_byte_tokens(tmp_path: 
     backend.save(str(tmp_path / "tokenizer.json"))
     tok = Tokenizer.from_hf_folder(tmp_path, max_context=128)
     assert tok.token_bytes()[1:] == [b" a", b"b", b"\n"]
+
+
+def test_unused_gguf_tokens_are_never_text(gguf_metadata: dict[str, Any]) -> None:
+    # A vocabulary padded to the model's rows (llama.cpp's converter and ours mark the pads unused): a model that
+    # samples one writes nothing, as llama.cpp renders it, and typed text that spells one stays plain text.
+    size = len(gguf_metadata["tokenizer.ggml.tokens"])
+    meta = {**gguf_metadata,
+            "tokenizer.ggml.tokens": [*gguf_metadata["tokenizer.ggml.tokens"], f"[PAD{size}]", f"[PAD{size + 1}]"],
+            "tokenizer.ggml.token_type": [*gguf_metadata["tokenizer.ggml.token_type"], 5, 5]}
+    tok = Tokenizer.from_gguf_metadata(meta, max_context=8192)
+    hello = tok.encode("Hello", add_special_tokens=False)
+    assert tok.decode([*hello, size, size + 1, *hello]) == "HelloHello"
+    assert "".join(stream(tok, [], [size, *hello, size + 1])) == "Hello"
+    assert tok.token_bytes()[size:] == [b"", b""]
+    assert size not in tok.encode(f"[PAD{size}]", add_special_tokens=False)

@@ -16,10 +16,10 @@ from backend.executor.model.config import UnsupportedModelError
 from backend.loading.gguf.tokenizer.bpe import byte_alphabet, byte_level_bpe
 from backend.loading.gguf.tokenizer.sentencepiece import sentencepiece_bpe
 
-__all__ = ["build_gguf_tokenizer", "byte_alphabet"]
+__all__ = ["UNUSED", "build_gguf_tokenizer", "byte_alphabet"]
 
 # llama.cpp's token types (gguf.TokenType).
-UNKNOWN, CONTROL, USER_DEFINED = 2, 3, 4
+UNKNOWN, CONTROL, USER_DEFINED, UNUSED = 2, 3, 4, 5
 
 _BUILDERS: dict[str, Callable[[dict[str, Any]], Tokenizer]] = {"gpt2": byte_level_bpe, "llama": sentencepiece_bpe}
 
