@@ -31,6 +31,9 @@ class EngineSettings(BaseModel):
     block_size: int = Field(default=16, ge=1, le=256, description="tokens per KV block")
     kv_cache_memory: ByteSize = Field(
         default=ByteSize(512 * 1024 * 1024), description="KV pool size, e.g. 512MiB")
+    kv_cache_tokens: int | None = Field(
+        default=None, ge=2, description="KV pool size in tokens instead of bytes (as llama.cpp's --ctx-size); "
+        "overrides --kv-cache-memory")
     enable_prefix_caching: bool = Field(
         default=True, description="reuse the KV blocks of identical prompt prefixes")
     cuda_graphs: bool = Field(default=True, description="replay decode steps as captured CUDA graphs (on CUDA)")

@@ -5,7 +5,10 @@ allocations above its mmap threshold, and the top of the heap above its trim thr
 as they are freed, so the next step page-faults all of it in again. Under a hypervisor each fault is dear: on
 the 2-core VM of docs/benchmarks.md that made a decode step of 32 sequences up to half again as long. A step's
 working set fits in KEEP_FREED_BYTES: keeping every freed byte instead (no trim at all) held 135 MiB more at
-a Qwen2.5-0.5B server's peak for no step time measured (docs/engine.md).
+a Qwen2.5-0.5B server's peak for no step time measured (docs/engine.md). Each heap (arena) keeps that much:
+glibc gives every new thread its own, up to eight per core, and a serving replica's threads (the step loop, the
+OpenMP workers, the tokenizer's, the server's) had twelve holding 300 MiB between them at a Qwen2.5-0.5B server's
+peak; as many arenas as torch threads keep what the step loop's workers allocate apart, and share the rest.
 
 Garbage collection. Loading a model builds some 230,000 long-lived container objects (the tokenizer's tables,
 the modules); each full collection scans them all, 0.25-0.8 s on that VM, and one load triggered four to eight.
@@ -21,22 +24,24 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -2, -3, -8
 _MMAP_THRESHOLD_MAX = 32 << 20  # glibc refuses more on 64-bit (half its heap size)
 KEEP_FREED_BYTES = 64 << 20  # free memory a heap keeps at its top; beyond it, a free hands the rest back
 _TOP_PAD = 16 << 20  # what each heap growth asks for beyond the request, and what a trim leaves
 
 
-def keep_freed_memory() -> bool:
+def keep_freed_memory(arenas: int = 2) -> bool:
     """Tune glibc's allocator for the step loop: a step's activations come from the heap and stay in it between
-    steps, up to KEEP_FREED_BYTES free; False where it is not glibc (the process runs as before)."""
+    steps, up to KEEP_FREED_BYTES free, in at most `arenas` heaps; False where it is not glibc (the process
+    runs as before)."""
     if not sys.platform.startswith("linux"):
         return False
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):  # musl and others: no mallopt
         return False
-    settings = ((_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX), (_M_TRIM_THRESHOLD, KEEP_FREED_BYTES), (_M_TOP_PAD, _TOP_PAD))
+    settings = ((_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX), (_M_TRIM_THRESHOLD, KEEP_FREED_BYTES), (_M_TOP_PAD, _TOP_PAD),
+                (_M_ARENA_MAX, max(1, arenas)))
     return all(mallopt(option, value) == 1 for option, value in settings)
 
 

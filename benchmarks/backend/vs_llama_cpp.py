@@ -12,9 +12,10 @@ same file serves both servers), else the converter's Q4_K_M recipe. --speculativ
 unless --llama-spec-type names one of its kinds (`ngram-simple` is its prompt lookup).
 Each server's resident memory (RSS of its process tree) is read once it is ready and sampled through its runs.
 
-Each server runs alone, one after the other, with the same threads (llama-server with 32 slots and a context of
-512 tokens per slot); each gets closed-loop runs at each concurrency of each workload, `max(8, 2 x concurrency)`
-requests after one warm-up request: `random` is 256 prompt tokens and 128 output tokens (`ignore_eos`), and
+Each server runs alone, one after the other, with the same threads and the same KV capacity (llama-server with 32
+slots and a context of 512 tokens per slot, tidegate with a pool of 16,384 tokens, so that resident memory compares
+at equal capacity; `--backend-args "--kv-cache-tokens N"` overrides it); each gets closed-loop runs at each
+concurrency of each workload, `max(8, 2 x concurrency)` requests after one warm-up request: `random` is 256 prompt tokens and 128 output tokens (`ignore_eos`), and
 `realistic` is the bench's shipped chat turns, questions and passages answered until EOS (at most 128 tokens), so
 that speculation is credited only for what it does on real answers. Every row gives the run's failed requests
 beside its throughput. llama.cpp is the baseline, not
@@ -44,13 +45,15 @@ from benchmarks.gateway.vs_litellm import Stack, free_port
 from tidegate.stack.processes import wait_for_health
 
 SLOTS = 32
+SLOT_TOKENS = 512  # llama.cpp's context per slot; tidegate's KV pool holds as many tokens in all (--kv-cache-tokens)
 INPUT_LEN, OUTPUT_LEN = 256, 128
 
 
 def start_tidegate(stack: Stack, model: Path, threads: int, extra: list[str]) -> tuple[str, int]:
     port = free_port()
     proc = stack.spawn([sys.executable, "-m", "tidegate.cli", "backend", "--model", str(model), "--port", str(port),
-                        "--served-model-name", "bench", "--threads", str(threads), "--log-level", "warning", *extra])
+                        "--served-model-name", "bench", "--threads", str(threads), "--log-level", "warning",
+                        "--kv-cache-tokens", str(SLOTS * SLOT_TOKENS), *extra])
     url = f"http://127.0.0.1:{port}"
     wait_for_health(url + "/health", 300, proc)
     return url, proc.pid
@@ -61,7 +64,7 @@ def start_llama_server(stack: Stack, binary: str, model: Path, threads: int, spe
     spec = ["--spec-type", spec_type] if spec_type != "none" else []
     proc = stack.spawn([binary, "-m", str(model), "--port", str(port), "--host", "127.0.0.1", "--alias", "bench",
                         "--threads", str(threads), "--threads-batch", str(threads), "--parallel", str(SLOTS),
-                        "--ctx-size", str(SLOTS * 512), *spec])
+                        "--ctx-size", str(SLOTS * SLOT_TOKENS), *spec])
     url = f"http://127.0.0.1:{port}"
     wait_for_health(url + "/health", 300, proc)
     return url, proc.pid

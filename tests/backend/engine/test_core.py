@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from backend.engine.core import Delta, Engine, GenerateRequest
-from backend.engine.engine_config import EngineConfig
 from backend.engine.errors import EngineOverloaded, InvalidGenerateRequest, QueueTimeout
 from backend.engine.sampling_params import SamplingParams
-from backend.executor.runner import kv_block_bytes
 from tests.backend.engine_fixtures import REFERENCE_TOKENS
 
 # The first test to ask for the transformers reference builds it: minutes when the CPU is shared.
@@ -59,10 +56,8 @@ async def test_batch_of_32_with_staggered_arrivals_chunking_prefix_hits_and_pree
     make_engine: Any, loaded_model: Any, prompt_ids: list[list[int]], reference_tokens: list[list[int]]
 ) -> None:
     # 40 blocks of 16 tokens cannot hold 32 requests of ~100 tokens: the scheduler must preempt.
-    block = kv_block_bytes(loaded_model.config, 16, EngineConfig(Path("m.gguf")).kv_torch_dtype())
-    engine = make_engine(
-        kv_cache_memory=40 * block, max_num_batched_tokens=64, max_num_seqs=32, queue_timeout=600.0
-    )
+    engine = make_engine(kv_cache_tokens=40 * 16, max_num_batched_tokens=64, max_num_seqs=32, queue_timeout=600.0)
+    assert engine.pool.num_blocks == 40
     engine.start()
     fillers = [
         (prompt_ids[8 + i % 8] + prompt_ids[i % 8], SamplingParams(max_tokens=8 + 4 * i, temperature=0.0))

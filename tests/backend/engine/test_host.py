@@ -54,6 +54,33 @@ def test_freed_memory_beyond_the_cap_goes_back_to_the_kernel() -> None:
     assert kept >= 0
 
 
+# In a fresh interpreter: eight threads each allocate at once; glibc's statistics list the arenas they used.
+_ARENA_PROBE = """
+import ctypes, threading
+from backend.engine.host import keep_freed_memory
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+assert keep_freed_memory(arenas=2)
+barrier = threading.Barrier(8)
+def work():
+    block = libc.malloc(1 << 16)
+    barrier.wait()  # all eight hold a block at once: none could have passed its arena on
+    libc.free(block)
+threads = [threading.Thread(target=work) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+libc.malloc_stats()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")
+def test_threads_share_at_most_the_arenas_asked_for() -> None:
+    done = subprocess.run([sys.executable, "-c", _ARENA_PROBE], capture_output=True, text=True, check=True)
+    arenas = [line for line in done.stderr.splitlines() if line.startswith("Arena ")]
+    assert 1 <= len(arenas) <= 2, done.stderr
+
+
 def test_passing_thread_returns_the_result_from_another_thread() -> None:
     caller = threading.get_ident()
     assert in_passing_thread(threading.get_ident) != caller
