@@ -77,7 +77,9 @@ K_TARGET inline typename V::I joined(const typename V::I* dots, int r) {
 // Where a tile's row r keeps its data of block k0 / 32: KRows' row-major arrays, or (Packed) one tile's rows
 // packed block by block (pack_tile), so that a block's R rows are one pointer and constant offsets apart: 8 row
 // pointers and their strides spill x86's 16 general registers, and the spills and address arithmetic came to
-// more instructions than the dot products.
+// more instructions than the dot products. A packed tile also holds each row's per-block term ready for a
+// broadcast load: Q4_K, Q5_K the minimum's dx * sum(q) (terms), Q6_K the offset -32 * sum(q) per half (sums),
+// where its dot products start; each a convert, multiply and broadcast a row and block less in the loop.
 template <int R, bool Packed, bool Split>
 struct KRowsAt {
   const KRows& x;
@@ -90,18 +92,35 @@ struct KRowsAt {
     if constexpr (Split) return 256 * sums[0] + sums[in / 16];
     return sums[0];
   }
+  K_TARGET float term(int r, int64_t k0) const {  // dx * sum(q) of the block (the step: a split row's low bytes')
+    if constexpr (Packed) return x.terms[k0 / kSub * R + r];
+    return dx(Split ? r + 1 : r, k0) * static_cast<float>(sum(r, k0, 0) + sum(r, k0, 1));
+  }
+  K_TARGET int32_t offset(int r, int64_t k0, int half) const {  // -32 sum(q) of a half (Q6_K)
+    if constexpr (Packed) return x.sums[(k0 / kSub * R + r) * 2 + half];
+    return -32 * sum(r, k0, half);
+  }
 };
 
-// Rows r0 .. r0 + rows of x as one packed tile (KRowsAt), written at the same offsets of q, dx and sums.
+// Rows r0 .. r0 + rows of x as one packed tile (KRowsAt), written at the same offsets of q, dx and sums (and
+// terms, as dx).
+template <KKind K>
 K_TARGET inline void pack_tile(const KRows& x, int64_t in, int64_t r0, int64_t rows, int8_t* q, float* dx,
-                               int32_t* sums) {
-  q += r0 * in, dx += r0 * (in / kSub), sums += r0 * (in / 16);
+                               int32_t* sums, float* terms) {
+  q += r0 * in, dx += r0 * (in / kSub), sums += r0 * (in / 16), terms += r0 * (in / kSub);
   for (int64_t b = 0; b < in / kSub; ++b)
     for (int64_t r = 0; r < rows; ++r) {
-      __builtin_memcpy(q + (b * rows + r) * kSub, x.q + (r0 + r) * in + b * kSub, kSub);
-      dx[b * rows + r] = x.dx[(r0 + r) * (in / kSub) + b];
-      sums[(b * rows + r) * 2] = x.sums[(r0 + r) * (in / 16) + 2 * b];
-      sums[(b * rows + r) * 2 + 1] = x.sums[(r0 + r) * (in / 16) + 2 * b + 1];
+      const int64_t i = b * rows + r;
+      const float step = x.dx[(r0 + r) * (in / kSub) + b];
+      const int32_t* sum = x.sums + (r0 + r) * (in / 16) + 2 * b;
+      __builtin_memcpy(q + i * kSub, x.q + (r0 + r) * in + b * kSub, kSub);
+      dx[i] = step;
+      if constexpr (K == Q6_K) {
+        sums[2 * i] = -32 * sum[0];
+        sums[2 * i + 1] = -32 * sum[1];
+      } else {
+        terms[i] = step * static_cast<float>(sum[0] + sum[1]);
+      }
     }
 }
 
@@ -132,7 +151,12 @@ K_TARGET void k_tile(const KMatrix& w, int64_t g, int64_t count, const KRows& x,
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         xq[r] = at.q(r, k0);
-        lo_dot[r] = hi_dot[r] = V::zero_si();
+        if constexpr (K == Q6_K && V::kFloatQ6 && !Split) {  // the offset taken off from the start
+          lo_dot[r] = V::set1(at.offset(r, k0, 0));
+          hi_dot[r] = V::set1(at.offset(r, k0, 1));
+        } else {
+          lo_dot[r] = hi_dot[r] = V::zero_si();
+        }
       }
       slice_dots<V, K, R, 0>(p, off, xq, lo_dot, hi_dot);
       slice_dots<V, K, R, 1>(p, off, xq, lo_dot, hi_dot);
@@ -145,9 +169,7 @@ K_TARGET void k_tile(const KMatrix& w, int64_t g, int64_t count, const KRows& x,
         const F dsl = V::mul(d, V::cvt(V::i8_to_i32(p, scales))), dsh = V::mul(d, V::cvt(V::i8_to_i32(p, scales + 8)));
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
-          const I lo = V::sub32(lo_dot[r], V::set1(32 * at.sum(r, k0, 0)));
-          const I hi = V::sub32(hi_dot[r], V::set1(32 * at.sum(r, k0, 1)));
-          const F both = V::fmadd(V::cvt(hi), dsh, V::mul(V::cvt(lo), dsl));
+          const F both = V::fmadd(V::cvt(hi_dot[r]), dsh, V::mul(V::cvt(lo_dot[r]), dsl));
           acc[r] = V::fmadd(both, V::set1_ps(at.dx(r, k0)), acc[r]);
         }
       } else if constexpr (K == Q6_K) {
@@ -177,8 +199,7 @@ K_TARGET void k_tile(const KMatrix& w, int64_t g, int64_t count, const KRows& x,
           const int r = kStride * o, step = r + kStride - 1;
           const float dx = at.dx(step, k0);
           acc[o] = V::fmadd(V::cvt(joined<V, Split>(lo_dot, r)), V::mul(ds, V::set1_ps(dx)), acc[o]);
-          const int32_t sum = at.sum(r, k0, 0) + at.sum(r, k0, 1);
-          acc[o] = V::fnmadd(ms, V::set1_ps(dx * static_cast<float>(sum)), acc[o]);
+          acc[o] = V::fnmadd(ms, V::set1_ps(at.term(r, k0)), acc[o]);
         }
       }
     }
@@ -217,21 +238,24 @@ K_TARGET void k_groups(const KMatrix& w, const KRows& x, int64_t rows, bool spli
     thread_local std::vector<int8_t> q;
     thread_local std::vector<float> dx;
     thread_local std::vector<int32_t> sums;
+    thread_local std::vector<float> terms;
     q.resize(rows * in);
     dx.resize(rows * (in / kSub));
     sums.resize(rows * (in / 16));
+    terms.resize(rows * (in / kSub));
     for (int64_t u0 = 0, tile = 0; u0 < units; u0 += tile) {
       tile = next_tile(units, u0, most);
-      pack_tile(x, in, u0, tile, q.data(), dx.data(), sums.data());
+      pack_tile<K>(x, in, u0, tile, q.data(), dx.data(), sums.data(), terms.data());
     }
-    src = KRows{q.data(), dx.data(), sums.data()};
+    src = KRows{q.data(), dx.data(), sums.data(), terms.data()};
   }
   for (int64_t g = begin; g < end; g += V::kGroups) {
     const int64_t count = end - g < V::kGroups ? end - g : V::kGroups;
     for (int64_t u0 = 0, tile = 0; u0 < units; u0 += tile) {
       tile = next_tile(units, u0, most);
       const int64_t r0 = u0 * stride;
-      const KRows part{src.q + r0 * in, src.dx + r0 * (in / kSub), src.sums + r0 * (in / 16)};
+      const KRows part{src.q + r0 * in, src.dx + r0 * (in / kSub), src.sums + r0 * (in / 16),
+                       pack ? src.terms + r0 * (in / kSub) : nullptr};
       const KTile run = split ? split_tiles[tile] : (pack ? packed_tiles : tiles)[tile];
       run(w, g, count, part, y + u0 * w.out);
     }
