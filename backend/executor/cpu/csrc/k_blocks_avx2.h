@@ -6,7 +6,8 @@ struct Avx2 {
   using I = __m256i;
   using F = __m256;
   static constexpr int64_t kGroups = 1;
-  static constexpr int kTileRows = 4;  // activation rows a tile multiplies: R accumulators and the slice fit 16 registers
+  // Activation rows a tile multiplies: R accumulators and the slice fit 16 registers.
+  static constexpr int tile_rows(KKind) { return 4; }
   static constexpr bool kFloatQ6 = false;  // Q6_K's scales taken in integers (k_tile)
   static constexpr bool kPackTiles = false;  // 4 row pointers fit the general registers
   static constexpr bool kBroadcastDot = false;

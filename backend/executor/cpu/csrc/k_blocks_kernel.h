@@ -223,15 +223,15 @@ constexpr int64_t next_tile(int64_t units, int64_t u0, int64_t most) {
 
 constexpr int kSplitTileRows = 4;  // int8 rows of a split tile (2 decode rows): decode runs on 16-register paths
 
-// `rows` int8 activation rows (split: rows / 2 16-bit ones, a pair each) in tiles of at most V::kTileRows.
+// `rows` int8 activation rows (split: rows / 2 16-bit ones, a pair each) in tiles of at most V::tile_rows(K).
 template <class V, KKind K>
 K_TARGET void k_groups(const KMatrix& w, const KRows& x, int64_t rows, bool split, float* y, int64_t begin,
                        int64_t end) {
-  constexpr auto tiles = k_tiles<V, K, false>(std::make_integer_sequence<int, V::kTileRows>());
-  constexpr auto packed_tiles = k_tiles<V, K, true>(std::make_integer_sequence<int, V::kTileRows>());
+  constexpr auto tiles = k_tiles<V, K, false>(std::make_integer_sequence<int, V::tile_rows(K)>());
+  constexpr auto packed_tiles = k_tiles<V, K, true>(std::make_integer_sequence<int, V::tile_rows(K)>());
   constexpr KTile split_tiles[kSplitTileRows / 2 + 1] = {nullptr, k_tile<V, K, 2, true>, k_tile<V, K, 4, true>};
   const int64_t in = w.in, stride = split ? 2 : 1, units = rows / stride;
-  const int64_t most = split ? kSplitTileRows / 2 : V::kTileRows;
+  const int64_t most = split ? kSplitTileRows / 2 : V::tile_rows(K);
   const bool pack = V::kPackTiles && !split;
   KRows src = x;
   if (pack) {  // a copy of the chunk's activations, small beside the products of all the groups over them
