@@ -48,6 +48,7 @@ struct KRows {
   const int8_t* q;
   const float* dx;
   const int32_t* sums;
+  const float* terms = nullptr;  // a packed tile's only (k_blocks_kernel.h, pack_tile)
 };
 
 void quantize_k_rows(const float* x, int64_t rows, int64_t in, int8_t* q, float* dx, int32_t* sums);

@@ -6,6 +6,11 @@ struct Avx2 {
   using I = __m256i;
   using F = __m256;
   static constexpr int64_t kGroups = 1;
+  // Activation rows a tile multiplies: R accumulators and the slice fit 16 registers.
+  static constexpr int tile_rows(KKind) { return 4; }
+  static constexpr bool kFloatQ6 = false;  // Q6_K's scales taken in integers (k_tile)
+  static constexpr bool kPackTiles = false;  // 4 row pointers fit the general registers
+  static constexpr bool kBroadcastDot = false;
   K_TARGET static I load(const uint8_t* const* p, int64_t off) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p[0] + off));
   }

@@ -169,6 +169,26 @@ def test_every_path_computes_the_same_integers(kind: str, rows: int, activations
         assert bool(((out - outs[0]).abs() <= bound).all())
 
 
+@needs_kernel
+@pytest.mark.parametrize("kind", K_KINDS)
+@pytest.mark.parametrize("rows", [17, 23, *range(65, 77)])
+def test_every_tile_of_the_wide_path_is_the_scalar_product(kind: str, rows: int) -> None:
+    """The wide path (more than 16 rows) parts a 64-row chunk in even tiles of up to 12 rows (Q6_K: 8; AVX2: 4)
+    and, on AVX-512, packs each tile apart: 65-76 rows end in a chunk of 1-12, 17 and 23 rows run as 9-8 and
+    12-11 (Q6_K: 6-6-5 and 8-8-7). Every tile size gives the portable path's integers, up to float32
+    summation order."""
+    assert kernel is not None
+    best = kernel.k_isa().split("-")[0]
+    weight = _random_bytes(kind, rows=41)
+    packed = from_k_blocks(weight, kernel, "int8")
+    x = torch.randn(rows, weight.shape[1], generator=torch.Generator().manual_seed(rows))
+    kernel.set_k_isa("scalar")
+    reference = packed.linear(x)
+    kernel.set_k_isa(best)
+    bound = 1e-5 * (x.abs() @ weight.dequantize().abs().T) + 1e-6
+    assert bool(((packed.linear(x) - reference).abs() <= bound).all())
+
+
 def test_mixed_kinds_stay_separate_blocks() -> None:
     q, _ = _matrix("Q4_K", rows=16)
     k, _ = _matrix("Q4_K", rows=8, seed=1)
