@@ -3,8 +3,10 @@
     python -m benchmarks.backend.real_shapes qwen2.5-0.5b [--cache DIR] [--llama-quantize PATH]
 
 Each shape is its model's real `config.json` (hidden size, layers, heads, vocabulary, RoPE); the weights are
-random (normal, std 0.02; norms 1) and the tokenizer is SmolLM2's, from the default model, padded to the
-vocabulary with unused tokens. The folder is converted by `backend.loading.gguf.writer`; the Q4_K_M file is made by
+random (normal, std 0.02; norms 1) and the tokenizer is SmolLM2's, from the default model, filled up to the
+vocabulary with ordinary tokens (each the text of two of SmolLM2's), so that every id a random model samples is
+text in both servers, as in the real vocabulary: unused padding renders as nothing, and a client would see the
+first token only at the first sampled id that is text. The folder is converted by `backend.loading.gguf.writer`; the Q4_K_M file is made by
 llama.cpp's own `llama-quantize` from an F16 conversion when given its path (the same file then serves both
 servers), else by the converter's Q4_K_M recipe (Q4_0/Q5_0/Q8_0 where the recipe says a K type: the installed
 `gguf` package has no K quantizer). Benchmark only: never in CI.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ from backend.loading.hf_vocab import save_gguf_tokenizer
 from backend.loading.model_cache import resolve
 
 CACHE = Path("~/.cache/tidegate/real-shapes").expanduser()
+_FULL_VOCABULARY = "full-vocabulary"  # marks a folder whose tokenizer has a token for every id
 
 # From the models' own config.json (Qwen/Qwen2.5-0.5B-Instruct, meta-llama/Llama-3.2-1B-Instruct).
 SHAPES: dict[str, dict[str, Any]] = {
@@ -80,10 +84,14 @@ def random_weights(config: dict[str, Any], seed: int = 0) -> dict[str, torch.Ten
 def hf_folder(name: str, cache: Path = CACHE) -> Path:
     """The shape's folder (config.json, model.safetensors, SmolLM2's tokenizer), built once."""
     folder = cache / name / "hf"
-    if (folder / "model.safetensors").exists():
+    if (folder / "model.safetensors").exists() and (folder / _FULL_VOCABULARY).exists():
         return folder
+    if folder.exists():  # built before the vocabulary was filled: its GGUF files have unused tokens too
+        shutil.rmtree(cache / name)
     folder.mkdir(parents=True, exist_ok=True)
     save_gguf_tokenizer(read_metadata(gguf.GGUFReader(resolve("smollm2"))), folder)
+    _fill_vocabulary(folder / "tokenizer.json", SHAPES[name]["vocab_size"])
+    (folder / _FULL_VOCABULARY).touch()
     settings = json.loads((folder / "tokenizer_config.json").read_text())
     tokens = json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"]
     ids = {key: tokens.get(settings.get(f"{key}_token")) for key in ("bos", "eos")}
@@ -92,6 +100,31 @@ def hf_folder(name: str, cache: Path = CACHE) -> Path:
     save_file(random_weights(config), str(folder / "model.safetensors.partial"))
     (folder / "model.safetensors.partial").rename(folder / "model.safetensors")  # a crash leaves no half file
     return folder
+
+
+def _fill_vocabulary(path: Path, size: int) -> None:
+    """Give every id up to `size` an ordinary token: the text of two of the vocabulary's own (no merge makes it,
+    so encoding never does; decoding gives that text)."""
+    data = json.loads(path.read_text())
+    vocab: dict[str, int] = data["model"]["vocab"]
+    added = {int(t["id"]) for t in data.get("added_tokens", [])}
+    words = [tok for tok, i in sorted(vocab.items(), key=lambda kv: kv[1]) if i not in added]
+    taken = set(vocab) | {t["content"] for t in data.get("added_tokens", [])}
+    step = 0
+    for i in range(max([*vocab.values(), *added]) + 1, size):
+        while (token := _pair(words, step)) in taken:
+            step += 1
+        vocab[token] = i
+        taken.add(token)
+        step += 1
+    path.write_text(json.dumps(data, ensure_ascii=False))
+
+
+def _pair(words: list[str], step: int) -> str:
+    """Two words of the list, a different pair for every step up to len(words) squared."""
+    n = len(words)
+    first = step % n
+    return words[first] + words[(first * 7919 + step // n + 1) % n]
 
 
 def q4_k_m_file(name: str, cache: Path = CACHE, llama_quantize: str | None = None) -> Path:
