@@ -13,11 +13,11 @@ from typing import cast
 
 import torch
 
+from backend.engine import host
 from backend.engine.block_pool import BlockPool
 from backend.engine.choices import request_sequences
 from backend.engine.engine_config import EngineConfig
 from backend.engine.errors import EngineOverloaded, InvalidGenerateRequest, QueueTimeout
-from backend.engine.host import collector_paused, in_passing_thread, keep_freed_memory, release_freed_memory
 from backend.engine.output import delta, finish_reason, step_output
 from backend.engine.records import Completion, Delta, EngineStats, GenerateRequest, TokenLogprobs
 from backend.engine.sampling_params import SamplingParams
@@ -26,16 +26,11 @@ from backend.engine.sequence import FinishReason, Sequence, SequenceStatus
 from backend.engine.spec.speculation import Speculator
 from backend.engine.structured_output import GrammarCompiler
 from backend.engine.validation import validate_request
-from backend.executor.runner import ModelRunner, kv_block_bytes
+from backend.executor.runner import ModelRunner
 from backend.executor.sample.verification import DraftVerifier
 from backend.loading.loader import LoadedModel, load_model
 
 log = logging.getLogger(__name__)
-IDLE_RELEASE_S = 1.0  # a step loop without work this long hands the heap's free pages back to the kernel
-# A busy loop hands them back this often: free chunks between live ones (steps of every size, requests coming and
-# going) are kept resident by the heap's top-only trim, and grew a Qwen2.5-0.5B server by 100-250 MiB over a
-# two-minute run of 32 streams; one re-fault of a step's activations every few seconds costs little.
-BUSY_RELEASE_S = 5.0
 
 
 class Engine:
@@ -45,23 +40,18 @@ class Engine:
         """Load the model (or reuse `loaded`, already on config.device in config's dtype) and size the cache."""
         if config.threads:
             torch.set_num_threads(config.threads)
-        keep_freed_memory(arenas=torch.get_num_threads())
+        host.keep_freed_memory(arenas=torch.get_num_threads())
         self.config = config
         dtype = config.torch_dtype()
         if loaded is None:
-            with collector_paused():
-                loaded = in_passing_thread(lambda: load_model(
+            with host.collector_paused():
+                loaded = host.in_passing_thread(lambda: load_model(
                     Path(config.model_path), device=config.device, dtype=dtype, quantization=config.quantization))
-            release_freed_memory()
+            host.release_freed_memory()
         self.tokenizer = loaded.tokenizer
         self.model_config = loaded.config
         kv_dtype = config.kv_torch_dtype()
-        if config.kv_cache_tokens is not None:
-            num_blocks = max(2, -(-config.kv_cache_tokens // config.block_size))
-        else:
-            num_blocks = config.kv_cache_memory // kv_block_bytes(loaded.config, config.block_size, kv_dtype)
-        if num_blocks < 2:
-            raise ValueError(f"kv_cache_memory={config.kv_cache_memory} bytes holds fewer than 2 KV blocks")
+        num_blocks = config.kv_blocks(loaded.config)
         self.max_model_len = min(
             config.max_model_len or loaded.config.max_position_embeddings,
             loaded.config.max_position_embeddings,
@@ -77,7 +67,7 @@ class Engine:
             queue_timeout=config.queue_timeout,
         )
         model = loaded.model
-        self.runner = in_passing_thread(
+        self.runner = host.in_passing_thread(
             lambda: ModelRunner(
                 model, num_blocks, config.block_size, device=config.device, dtype=kv_dtype,
                 cuda_graph_batch=config.max_num_seqs if config.cuda_graphs else 0,
@@ -339,10 +329,10 @@ class Engine:
         released = time.monotonic()
         while True:
             with self._lock:
-                idle = not self._lock.wait_for(lambda: self._stopping or self.scheduler.has_work, IDLE_RELEASE_S)
+                idle = not self._lock.wait_for(lambda: self._stopping or self.scheduler.has_work, host.IDLE_RELEASE_S)
             # once per quiet spell, or every few busy seconds: the kept activations re-fault once, not every step
-            if idle or time.monotonic() - released > BUSY_RELEASE_S:
-                release_freed_memory()
+            if idle or time.monotonic() - released > host.BUSY_RELEASE_S:
+                host.release_freed_memory()
                 released = time.monotonic()
             with self._lock:
                 while not self._stopping and not self.scheduler.has_work:

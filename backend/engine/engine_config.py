@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from backend.executor.model.config import ModelConfig
+from backend.executor.runner import kv_block_bytes
 from config.backend import EngineSettings
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -32,6 +34,15 @@ class EngineConfig(EngineSettings):
         if self.dtype == "auto":
             return torch.float32 if self.device == "cpu" else torch.bfloat16
         return _DTYPES[self.dtype]
+
+    def kv_blocks(self, model: ModelConfig) -> int:
+        """The KV pool's blocks: kv_cache_tokens rounded up to whole blocks, else what kv_cache_memory holds."""
+        if self.kv_cache_tokens is not None:
+            return max(2, -(-self.kv_cache_tokens // self.block_size))
+        blocks = int(self.kv_cache_memory) // kv_block_bytes(model, self.block_size, self.kv_torch_dtype())
+        if blocks < 2:
+            raise ValueError(f"kv_cache_memory={self.kv_cache_memory} bytes holds fewer than 2 KV blocks")
+        return blocks
 
     def kv_torch_dtype(self) -> torch.dtype:
         # float16 as llama.cpp's default cache: half the memory and the bytes a decode step reads, and the
