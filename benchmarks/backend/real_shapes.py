@@ -6,10 +6,10 @@ Each shape is its model's real `config.json` (hidden size, layers, heads, vocabu
 random (normal, std 0.02; norms 1) and the tokenizer is SmolLM2's, from the default model, filled up to the
 vocabulary with ordinary tokens (each the text of two of SmolLM2's), so that every id a random model samples is
 text in both servers, as in the real vocabulary: unused padding renders as nothing, and a client would see the
-first token only at the first sampled id that is text. The folder is converted by `backend.loading.gguf.writer`; the Q4_K_M file is made by
-llama.cpp's own `llama-quantize` from an F16 conversion when given its path (the same file then serves both
-servers), else by the converter's Q4_K_M recipe (Q4_0/Q5_0/Q8_0 where the recipe says a K type: the installed
-`gguf` package has no K quantizer). Benchmark only: never in CI.
+first token only at the first sampled id that is text. The folder is converted by `backend.loading.gguf.writer`;
+the Q4_K_M file is made by llama.cpp's own `llama-quantize` from an F16 conversion when given its path (the same
+file then serves both servers), else by the converter's Q4_K_M recipe (Q4_0/Q5_0/Q8_0 where the recipe says a K
+type: the installed `gguf` package has no K quantizer). Benchmark only: never in CI.
 """
 
 from __future__ import annotations

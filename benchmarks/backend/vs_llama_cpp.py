@@ -15,11 +15,11 @@ Each server's resident memory (RSS of its process tree) is read once it is ready
 Each server runs alone, one after the other, with the same threads and the same KV capacity (llama-server with 32
 slots and a context of 512 tokens per slot, tidegate with a pool of 16,384 tokens, so that resident memory compares
 at equal capacity; `--backend-args "--kv-cache-tokens N"` overrides it); each gets closed-loop runs at each
-concurrency of each workload, `max(8, 2 x concurrency)` requests after one warm-up request: `random` is 256 prompt tokens and 128 output tokens (`ignore_eos`), and
-`realistic` is the bench's shipped chat turns, questions and passages answered until EOS (at most 128 tokens), so
-that speculation is credited only for what it does on real answers. Every row gives the run's failed requests
-beside its throughput. llama.cpp is the baseline, not
-a dependency: `llama-server` builds from the llama.cpp that `llama-cpp-python`'s source distribution vendors
+concurrency of each workload, `max(8, 2 x concurrency)` requests after one warm-up request: `random` is 256
+prompt tokens and 128 output tokens (`ignore_eos`), and `realistic` is the bench's shipped chat turns, questions
+and passages answered until EOS (at most 128 tokens), so that speculation is credited only for what it does on
+real answers. Every row gives the run's failed requests beside its throughput. llama.cpp is the baseline, not a
+dependency: `llama-server` builds from the llama.cpp that `llama-cpp-python`'s source distribution vendors
 (`pip download --no-deps --no-binary :all: llama-cpp-python`, unpack, then in vendor/llama.cpp
 `cmake -B build -DLLAMA_CURL=OFF -DGGML_NATIVE=ON && cmake --build build --target llama-server llama-quantize`).
 Never run in CI.
