@@ -40,13 +40,19 @@ class Assembly:
         self.envelope: dict[str, Any] = {}
         self.choices: dict[int, ChoiceParts] = {}
         self.usage: dict[str, Any] | None = None
+        self._known: set[str] | frozenset[str] = NOT_COPIED  # fields the envelope holds, or never takes
 
     def add(self, chunk: dict[str, Any]) -> None:
-        for name, value in chunk.items():
-            if name not in NOT_COPIED:
-                self.envelope.setdefault(name, value)
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
+        # set comparisons of key views run in C: a chunk that brings no new envelope field (all but the first)
+        # or no unknown choice field costs no Python loop over its fields
+        if not chunk.keys() <= self._known:
+            for name, value in chunk.items():
+                if name not in NOT_COPIED:
+                    self.envelope.setdefault(name, value)
+            self._known = self.envelope.keys() | NOT_COPIED
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
         for choice in chunk.get("choices") or ():
             if isinstance(choice, dict):
                 self._add_choice(choice)
@@ -66,22 +72,31 @@ class Assembly:
         parts = self.choices.get(index)
         if parts is None:
             parts = self.choices[index] = ChoiceParts(index)
-        if choice.get("finish_reason") is not None:
-            parts.finish_reason = choice["finish_reason"]
-        if isinstance(choice.get("logprobs"), dict):
-            parts.logprobs = merge_logprobs(parts.logprobs, choice["logprobs"])
-        for name, value in choice.items():
-            if name not in CHOICE_FIELDS and (value is not None or name not in parts.choice_extra):
-                parts.choice_extra[name] = value
+        finish_reason = choice.get("finish_reason")
+        if finish_reason is not None:
+            parts.finish_reason = finish_reason
+        logprobs = choice.get("logprobs")
+        if isinstance(logprobs, dict):
+            parts.logprobs = merge_logprobs(parts.logprobs, logprobs)
+        if not choice.keys() <= CHOICE_FIELDS:
+            for name, value in choice.items():
+                if name not in CHOICE_FIELDS and (value is not None or name not in parts.choice_extra):
+                    parts.choice_extra[name] = value
         if not self.chat:
-            _append(parts, "content", choice.get("text"))
+            text = choice.get("text")
+            if isinstance(text, str):
+                parts.content = _appended(parts.content, text)
             return
         delta = choice.get("delta") or {}
         for name, value in delta.items():
-            if name == "role":
+            if name == "content":
+                if isinstance(value, str):
+                    parts.content = _appended(parts.content, value)
+            elif name == "role":
                 parts.role = parts.role or value
-            elif name in ("content", "refusal"):
-                _append(parts, name, value)
+            elif name == "refusal":
+                if isinstance(value, str):
+                    parts.refusal = _appended(parts.refusal, value)
             elif name == "tool_calls":
                 for call in value or ():
                     merge_tool_call(parts.tool_calls, call)
@@ -103,14 +118,11 @@ class Assembly:
                 "finish_reason": parts.finish_reason, **parts.choice_extra}
 
 
-def _append(parts: ChoiceParts, name: str, value: object) -> None:
-    if not isinstance(value, str):
-        return
-    pieces: list[str] | None = getattr(parts, name)
+def _appended(pieces: list[str] | None, text: str) -> list[str]:
     if pieces is None:
-        pieces = []
-        setattr(parts, name, pieces)
-    pieces.append(value)
+        return [text]
+    pieces.append(text)
+    return pieces
 
 
 def merge_tool_call(calls: dict[int, dict[str, Any]], delta: dict[str, Any]) -> None:

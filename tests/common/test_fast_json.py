@@ -58,3 +58,12 @@ def test_reading_many_gives_each_ones_value_or_leaves_them_to_be_read_one_by_one
         assert fast_json.loads_all([chunks[0], odd]) is None
     # digits on both sides of the join make no long run of their own
     assert fast_json.loads_all([b"1234567890", b"1234567890"]) == [1234567890, 1234567890]
+
+
+def test_eighteen_digits_are_read_by_orjson_and_nineteen_by_json_anywhere_in_the_text() -> None:
+    eighteen, nineteen = b"9" * 18, b"9" * 19
+    for text in (b"[" + eighteen + b"]", b'{"a":"x' + eighteen + b'"}', b"[1.5" + eighteen + b"]"):
+        assert repr(fast_json.loads(text)) == repr(json.loads(text))
+    assert fast_json.loads(b"[" + nineteen + b"]") == [int(nineteen)]  # an integer orjson would make a float
+    assert fast_json.loads(b'["\xd9\xa3' + eighteen + b'"]') == json.loads(b'["\xd9\xa3' + eighteen + b'"]')
+    assert fast_json.loads_all([b"[" + eighteen + b"]", b"[" + nineteen + b"]"]) is None

@@ -76,3 +76,17 @@ def test_completions_join_their_text_and_extend_each_logprobs_list() -> None:
                       "logprobs": {"tokens": ["The", " sky"], "token_logprobs": [-0.3, -0.3],
                                    "top_logprobs": [{"The": -0.3}, {" sky": -0.3}], "text_offset": [0, 3]}}
     assert assembly.answer()["object"] == "text_completion" and "usage" not in assembly.answer()
+
+
+def test_fields_first_seen_in_a_later_chunk_are_kept_and_the_first_value_of_each_wins() -> None:
+    assembly = Assembly(chat=True, model="public")
+    bare = {"id": "chatcmpl-9", "object": "chat.completion.chunk", "created": 1, "model": "private"}
+    assembly.add({**bare, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "a"}}]})
+    assembly.add({**bare, "created": 2, "system_fingerprint": "fp_2",
+                  "choices": [{"index": 0, "delta": {"content": "b"}, "stop_reason": None}]})
+    assembly.add({**bare, "system_fingerprint": "fp_3",
+                  "choices": [{"index": 0, "delta": {"content": "c"}, "finish_reason": "stop", "stop_reason": 7}]})
+    answer = assembly.answer()
+    assert (answer["created"], answer["system_fingerprint"]) == (1, "fp_2")
+    assert answer["choices"][0]["message"]["content"] == "abc"
+    assert answer["choices"][0]["stop_reason"] == 7  # a later non-null value of an unknown choice field stands
