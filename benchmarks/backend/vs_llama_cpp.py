@@ -14,9 +14,11 @@ Each server's resident memory (RSS of its process tree) is read once it is ready
 
 Each server runs alone, one after the other, with the same threads and the same KV capacity (llama-server with 32
 slots and a context of 512 tokens per slot, tidegate with a pool of 16,384 tokens, so that resident memory compares
-at equal capacity; `--backend-args "--kv-cache-tokens N"` overrides it); each gets closed-loop runs at each
-concurrency of each workload, `max(8, 2 x concurrency)` requests after one warm-up request: `random` is 256
-prompt tokens and 128 output tokens (`ignore_eos`), and `realistic` is the bench's shipped chat turns, questions
+at equal capacity; `--backend-args "--kv-cache-tokens N"` overrides it) and no queue timeout in either (llama-server
+has none; tidegate's is set to an hour); each gets closed-loop runs at each concurrency of each workload,
+`max(8, 2 x concurrency)` requests after one warm-up request, each level with prompts of its own (the bench's seed
+is the level's index, so no level finds the one before's in a prefix cache): `random` is 256 prompt tokens and
+128 output tokens (`ignore_eos`), and `realistic` is the bench's shipped chat turns, questions
 and passages answered until EOS (at most 128 tokens), so that speculation is credited only for what it does on
 real answers. Every row gives the run's failed requests beside its throughput. llama.cpp is the baseline, not a
 dependency: `llama-server` builds from the llama.cpp that `llama-cpp-python`'s source distribution vendors
@@ -46,6 +48,12 @@ from tidegate.stack.processes import wait_for_health
 
 SLOTS = 32
 SLOT_TOKENS = 512  # llama.cpp's context per slot; tidegate's KV pool holds as many tokens in all (--kv-cache-tokens)
+# llama-server never refuses a queued request: tidegate's queue timeout (30 s by default, a 503 to fail over on)
+# is set past any run, so that on a slow machine both serve every request and the run compares the same work
+QUEUE_TIMEOUT_S = 3600
+# the bench's per-request deadline (300 s by default) would cut the slower server's requests at 32 streams on a slow
+# machine and count them as failures: a request's whole time is measured, however long, up to this bound
+REQUEST_TIMEOUT_S = 1800
 INPUT_LEN, OUTPUT_LEN = 256, 128
 
 
@@ -53,7 +61,8 @@ def start_tidegate(stack: Stack, model: Path, threads: int, extra: list[str]) ->
     port = free_port()
     proc = stack.spawn([sys.executable, "-m", "tidegate.cli", "backend", "--model", str(model), "--port", str(port),
                         "--served-model-name", "bench", "--threads", str(threads), "--log-level", "warning",
-                        "--kv-cache-tokens", str(SLOTS * SLOT_TOKENS), *extra])
+                        "--kv-cache-tokens", str(SLOTS * SLOT_TOKENS), "--queue-timeout", str(QUEUE_TIMEOUT_S),
+                        *extra])
     url = f"http://127.0.0.1:{port}"
     wait_for_health(url + "/health", 300, proc)
     return url, proc.pid
@@ -116,7 +125,8 @@ def bench_command(url: str, concurrency: int, workload: str, out: Path, seed: in
     return [sys.executable, "-m", "tidegate.cli", "bench", "--base-url", url, "--model", "bench",
             "--concurrency", str(concurrency), "--num-requests", str(num_requests or max(8, 2 * concurrency)),
             "--warmup", "1", "--input-len", str(INPUT_LEN), "--output-len", str(OUTPUT_LEN),
-            "--workload", workload, "--seed", str(seed), "--no-progress", "--json", str(out)]
+            "--workload", workload, "--seed", str(seed), "--timeout", str(REQUEST_TIMEOUT_S), "--no-progress",
+            "--json", str(out)]
 
 
 def bench(url: str, concurrency: int, workdir: Path, label: str, workload: str = "random",
@@ -201,10 +211,12 @@ def serve_and_bench(label: str, start: Callable[[Stack], tuple[str, int]], level
         rss = PeakRss(pid)
         try:
             results[label] = {workload: {} for workload in workloads}
-            for c in levels:
+            # each level draws its own prompts (seed = its index, as `tidegate bench` does in a sweep): with the
+            # same seed, a level's first prompts were the level before's, and a prefix cache skipped their prefill
+            for index, c in enumerate(levels):
                 for workload in workloads:
                     run = results[label][workload][c] = bench(url, c, workdir, label.replace(" ", "-"), workload,
-                                                              num_requests=num_requests)
+                                                              seed=index, num_requests=num_requests)
                     print(f"{label} {workload} c={c}: {run['output_throughput']:.1f} out tok/s, "
                           f"{run['failed']} failed", flush=True)
         finally:
