@@ -12,7 +12,8 @@ from common import fast_json
 
 TEXTS = [b'{"model":"m","messages":[{"role":"user","content":"h\\u00e9llo \\ud83d\\ude00"}],"max_tokens":20}',
          b'{"a":NaN,"b":-Infinity}', b'{"seed":123456789012345678901234567890}', b'[18446744073709551616]',
-         b'[1e400, 1.5e-7, -0.0, 0.1]', b'"\\ud800"', '{"é":[true,false,null]}', b'{"a":1,"a":2}']
+         b'[1e400, 1.5e-7, -0.0, 0.1]', b'"\\ud800"', '{"é":[true,false,null]}', b'{"a":1,"a":2}',
+         '{"seed":"é","n":123456789012345678901234567890}', '["\ud800", 12345678901234567890123]']  # texts too
 
 
 @pytest.mark.parametrize("text", TEXTS)
